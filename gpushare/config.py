@@ -1,0 +1,326 @@
+"""The one configuration file (``version: v1``), read into frozen dataclasses.
+
+Rules (style.md §2.6): camelCase keys as the design spells them; defaults are the
+design's; every value is checked where it is parsed; all problems are collected and
+raised as one ``ConfigError`` listing ``key: reason (got X)``; unknown keys are errors
+with a did-you-mean. Precedence is flag > file > default; the environment only supplies
+``NODE_NAME`` (the DaemonSet injects it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from gpushare.errors import ConfigError
+
+CONFIG_VERSION = "v1"
+
+DEFAULT_VISIBILITY_ENV: tuple[str, ...] = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "ASCEND_VISIBLE_DEVICES",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "MLU_VISIBLE_DEVICES",
+    "TOPS_VISIBLE_DEVICES",
+    "ENFLAME_VISIBLE_DEVICES",
+    "ILUVATAR_COREX_VISIBLE_DEVICES",
+    "METAX_VISIBLE_DEVICES",
+    "MTHREADS_VISIBLE_DEVICES",
+    "XPU_VISIBLE_DEVICES",
+    "DCU_VISIBLE_DEVICES",
+    # The fake vendor device plugin (tests and demo on machines without GPUs).
+    "FAKE_VISIBLE_DEVICES",
+)
+
+DEFAULT_REAL_RESOURCES: tuple[str, ...] = (
+    "nvidia.com/gpu",
+    "amd.com/gpu",
+    "huawei.com/npu",
+    "hygon.com/dcu",
+    "cambricon.com/mlu",
+    "enflame.com/gcu",
+    "iluvatar.ai/gpu",
+    "metax-tech.com/gpu",
+    "mthreads.com/vgpu",
+    "kunlunxin.com/xpu",
+)
+
+
+@dataclass(frozen=True)
+class NriConfig:
+    socket: str = "/var/run/nri/nri.sock"
+    plugin_name: str = "gpushare"
+    # design §5: index 10 runs before most vendor plugins' defaults and after 00-09 admin hooks.
+    plugin_index: str = "10"
+
+
+@dataclass(frozen=True)
+class KubeletConfig:
+    device_plugin_dir: str = "/var/lib/kubelet/device-plugins/"
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    # Vendor exporter to scrape for utilization; "" disables (spot then stays Unhealthy).
+    source: str = ""
+    vendor: str = "auto"
+    scrape_interval_s: float = 5.0
+    scrape_timeout_s: float = 2.0
+    # Our own /metrics endpoint.
+    listen: str = "0.0.0.0:9487"
+
+
+@dataclass(frozen=True)
+class Config:
+    version: str = CONFIG_VERSION
+    node_name: str = ""
+    share_specs: tuple[int, ...] = (2, 3, 4, 5)
+    dev_share_specs: tuple[int, ...] = (2, 4, 8, 16)
+    real_resources: tuple[str, ...] = DEFAULT_REAL_RESOURCES
+    visibility_env: tuple[str, ...] = DEFAULT_VISIBILITY_ENV
+    warm_shadows: int = 0
+    shadow_idle_timeout_s: float = 600.0
+    idle_window_s: float = 600.0
+    idle_threshold_pct: float = 0.0
+    max_block_ms: int = 3000
+    state_dir: str = "/var/lib/gpushare"
+    netlink_protocol: int = 31
+    nri: NriConfig = field(default_factory=NriConfig)
+    kubelet: KubeletConfig = field(default_factory=KubeletConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+# Keys whose YAML spelling is not the mechanical camelCase of the field (durations carry a unit).
+_YAML_NAMES = {
+    "shadow_idle_timeout_s": "shadowIdleTimeout",
+    "idle_window_s": "idleWindow",
+    "scrape_interval_s": "scrapeInterval",
+    "scrape_timeout_s": "scrapeTimeout",
+}
+_DURATION_FIELDS = set(_YAML_NAMES)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def yaml_name(field_name: str) -> str:
+    if field_name in _YAML_NAMES:
+        return _YAML_NAMES[field_name]
+    head, *rest = field_name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+def parse_duration_s(value: object) -> float:
+    """``"10m"``, ``"30s"``, ``"500ms"``, ``"1h"`` or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration, not a boolean")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    else:
+        raise ValueError('a duration such as "10m", "30s" or "500ms"')
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds
+
+
+def _check_specs(values: tuple[int, ...]) -> None:
+    if not values:
+        raise ValueError("must list at least one share spec")
+    if any(v < 2 or v > 64 for v in values):
+        raise ValueError("each share spec must be between 2 and 64")
+    if len(set(values)) != len(values):
+        raise ValueError("lists a share spec twice")
+
+
+def _check_resources(values: tuple[str, ...]) -> None:
+    for v in values:
+        if "/" not in v or v.startswith("gpushare/"):
+            raise ValueError(f"{v!r} is not a vendor resource name like nvidia.com/gpu")
+
+
+def _check_env_names(values: tuple[str, ...]) -> None:
+    for v in values:
+        if not re.match(r"^[A-Z_][A-Z0-9_]*$", v):
+            raise ValueError(f"{v!r} is not an environment variable name")
+
+
+def _check_nonneg(value: float) -> None:
+    if value < 0:
+        raise ValueError("must not be negative")
+
+
+def _check_pct(value: float) -> None:
+    if not 0 <= value <= 100:
+        raise ValueError("must be between 0 and 100")
+
+
+def _check_protocol(value: int) -> None:
+    # Netlink protocol numbers are 0..31 (MAX_LINKS 32); 31 is the design's default.
+    if not 0 <= value < 32:
+        raise ValueError("must be a netlink protocol number between 0 and 31")
+
+
+def _check_max_block(value: int) -> None:
+    if not 1 <= value <= 60_000:
+        raise ValueError("must be between 1 and 60000 milliseconds")
+
+
+def _check_index(value: str) -> None:
+    if not re.match(r"^[0-9]{2}$", value):
+        raise ValueError('must be two digits, e.g. "10"')
+
+
+_VALIDATORS: dict[str, Callable[[Any], None]] = {
+    "share_specs": _check_specs,
+    "dev_share_specs": _check_specs,
+    "real_resources": _check_resources,
+    "visibility_env": _check_env_names,
+    "warm_shadows": _check_nonneg,
+    "idle_threshold_pct": _check_pct,
+    "max_block_ms": _check_max_block,
+    "netlink_protocol": _check_protocol,
+    "plugin_index": _check_index,
+    "scrape_interval_s": _check_nonneg,
+}
+
+T = TypeVar("T")
+
+
+def _coerce(name: str, tp: Any, value: object) -> Any:
+    """Coerce one YAML value to the field's type or raise ValueError with the reason."""
+    if name in _DURATION_FIELDS:
+        return parse_duration_s(value)
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        (item_tp, _) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ValueError("must be a list")
+        return tuple(_coerce(name + "[]", item_tp, v) for v in value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a number")
+        return float(value)
+    if tp is str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # YAML reads `pluginIndex: 10` as an int
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        return value
+    raise TypeError(f"unsupported config field type {tp!r}")  # programming error, not user input
+
+
+def _build(cls: type[T], data: object, path: str, problems: list[str]) -> T:
+    if not isinstance(data, dict):
+        problems.append(f"{path or 'the file'}: must be a mapping (got {type(data).__name__})")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {yaml_name(f.name): f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{path}{key}"
+        f = fields.get(key) if isinstance(key, str) else None
+        if f is None:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {path}{close[0]}?" if close else ""
+            problems.append(f"{where}: unknown key{hint}")
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[f.name] = _build(tp, value, f"{where}.", problems)  # type: ignore[arg-type]
+            continue
+        try:
+            coerced = _coerce(f.name, tp, value)
+            if f.name in _VALIDATORS:
+                _VALIDATORS[f.name](coerced)
+        except ValueError as exc:
+            problems.append(f"{where}: {exc} (got {value!r:.80})")
+            continue
+        kwargs[f.name] = coerced
+    return cls(**kwargs)
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, text: str | None = None) -> Config:
+    """Read and validate the config; an absent path gives the defaults.
+
+    Raises ``ConfigError`` listing every problem; nothing else is touched.
+    """
+    source = str(path) if path is not None else "config"
+    if text is None and path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot read ({exc.strerror})"], source) from exc
+    data: object = {}
+    if text is not None:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError([f"not valid YAML: {exc}"], source) from exc
+        if data is None:
+            data = {}
+    problems: list[str] = []
+    if isinstance(data, dict):
+        version = data.get("version", CONFIG_VERSION)
+        if version != CONFIG_VERSION:
+            problems.append(f"version: only {CONFIG_VERSION!r} is understood (got {version!r})")
+    cfg = _build(Config, data, "", problems)
+    if problems:
+        raise ConfigError(problems, source)
+    if not cfg.node_name and os.environ.get("NODE_NAME"):
+        cfg = dataclasses.replace(cfg, node_name=os.environ["NODE_NAME"])
+    return cfg
+
+
+def with_overrides(cfg: Config, **changes: Any) -> Config:
+    """Apply command-line flags (highest precedence); ``None`` means "flag not given"."""
+    return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
+
+
+def effective_config(cfg: Config) -> dict[str, Any]:
+    """The config as YAML-named plain data, for logging once at start and for `config show`."""
+
+    def convert(obj: Any) -> Any:
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return {yaml_name(f.name): convert(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        if isinstance(obj, tuple):
+            return [convert(v) for v in obj]
+        return obj
+
+    result: dict[str, Any] = convert(cfg)
+    return result
+
+
+__all__ = [
+    "CONFIG_VERSION",
+    "Config",
+    "KubeletConfig",
+    "MetricsConfig",
+    "NriConfig",
+    "effective_config",
+    "load_config",
+    "parse_duration_s",
+    "with_overrides",
+]

@@ -1,0 +1,65 @@
+"""Every resource name, label and annotation key of the gpushare contract, once.
+
+Each constant names the design section (``shared/docs/design.md``) that defines it.
+Nothing else in the code base spells these strings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DOMAIN: Final = "gpushare.k8s.io"
+RESOURCE_PREFIX: Final = "gpushare/"
+
+# §2 resources. The share-spec N is appended: "gpushare/share-gpu-4".
+RESOURCE_SHARE_GPU_PREFIX: Final = "gpushare/share-gpu-"
+RESOURCE_SHARE_DEV_GPU_PREFIX: Final = "gpushare/share-dev-gpu-"
+RESOURCE_SPOT_GPU: Final = "gpushare/spot-gpu"
+SPOT_DEVICE_PREFIX: Final = "spot-"  # §2: spot devices are "spot-<realID>"
+
+# §3 shadow pods.
+SHADOW_NAMESPACE: Final = "gpushare-system"
+SHADOW_CONTAINER: Final = "main"
+LABEL_ROLE: Final = f"{DOMAIN}/role"
+ROLE_SHADOW: Final = "shadow"
+LABEL_SHARE_SPEC: Final = f"{DOMAIN}/share-spec"
+LABEL_SHARE_KIND: Final = f"{DOMAIN}/share-kind"
+KIND_SHARE: Final = "share"
+KIND_SHARE_DEV: Final = "share-dev"
+
+# §4 container annotations (emitted by our device plugins, read by the NRI plugin).
+ANNOTATION_DEVICES_FROM: Final = f"{DOMAIN}/container-devices-from"
+ANNOTATION_DEVICES_IDS: Final = f"{DOMAIN}/container-devices-ids"
+# §4 pod annotation for same-pod injection (Docker-in-Docker): "<prefix>.<target>: <source>".
+POD_ANNOTATION_DEVICES_FROM_PREFIX: Final = f"{DOMAIN}/container-devices-from."
+
+# §6 spot: owners opt in with this label on the pod or its namespace.
+LABEL_LENDABLE: Final = f"{DOMAIN}/lendable"
+
+# §5 CDI device annotations that travel with a bundle (containerd's CDI annotation prefix).
+CDI_ANNOTATION_PREFIX: Final = "cdi.k8s.io/"
+
+# Lease held by the agent that reconciles cluster-wide shadow demand (§1).
+LEASE_NAME: Final = "gpushare-controller"
+
+
+def share_resource(kind: str, spec: int) -> str:
+    """Return the extended-resource name of one share spec, e.g. ``gpushare/share-gpu-4``."""
+    if kind == KIND_SHARE:
+        return f"{RESOURCE_SHARE_GPU_PREFIX}{spec}"
+    if kind == KIND_SHARE_DEV:
+        return f"{RESOURCE_SHARE_DEV_GPU_PREFIX}{spec}"
+    raise ValueError(f"unknown share kind {kind!r}; expected {KIND_SHARE!r} or {KIND_SHARE_DEV!r}")
+
+
+def parse_share_resource(resource: str) -> tuple[str, int] | None:
+    """Return ``(kind, N)`` for a share resource name, or None for any other name."""
+    # The dev prefix is checked first: "gpushare/share-gpu-" is not a prefix of it, but keep
+    # the order obvious should the names ever change.
+    for prefix, kind in ((RESOURCE_SHARE_DEV_GPU_PREFIX, KIND_SHARE_DEV), (RESOURCE_SHARE_GPU_PREFIX, KIND_SHARE)):
+        if resource.startswith(prefix):
+            tail = resource[len(prefix) :]
+            if tail.isdigit() and not tail.startswith("0"):
+                return kind, int(tail)
+            return None
+    return None

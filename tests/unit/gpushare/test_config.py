@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import pytest
+
+from gpushare.config import Config, effective_config, load_config, parse_duration_s, with_overrides
+from gpushare.errors import ConfigError
+
+
+def test_defaults_are_the_designs() -> None:
+    cfg = load_config()
+    assert cfg.share_specs == (2, 3, 4, 5)
+    assert cfg.dev_share_specs == (2, 4, 8, 16)
+    assert cfg.idle_window_s == 600
+    assert cfg.shadow_idle_timeout_s == 600
+    assert cfg.max_block_ms == 3000
+    assert cfg.warm_shadows == 0
+    assert cfg.nri.plugin_name == "gpushare" and cfg.nri.plugin_index == "10"
+    assert "FAKE_VISIBLE_DEVICES" in cfg.visibility_env
+
+
+def test_file_values_parse() -> None:
+    cfg = load_config(text="version: v1\nshareSpecs: [2, 8]\nidleWindow: 90s\nnri:\n  pluginIndex: 11\n")
+    assert cfg.share_specs == (2, 8)
+    assert cfg.idle_window_s == 90
+    assert cfg.nri.plugin_index == "11"
+
+
+def test_every_problem_is_listed_with_key_and_value() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(text="shareSpec: [2]\nmaxBlockMs: 0\nidleWindow: soon\nnri: {sockt: /x}\nversion: v9\n")
+    problems = err.value.problems
+    assert "shareSpec: unknown key; did you mean shareSpecs?" in problems
+    assert any(p.startswith("maxBlockMs: must be between 1 and 60000") and "(got 0)" in p for p in problems)
+    assert any(p.startswith("idleWindow:") and "'soon'" in p for p in problems)
+    assert "nri.sockt: unknown key; did you mean nri.socket?" in problems
+    assert any(p.startswith("version:") for p in problems)
+    assert len(problems) == 5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "shareSpecs: [1]",
+        "shareSpecs: []",
+        "shareSpecs: [2, 2]",
+        "realResources: [gpushare/share-gpu-2]",
+        "visibilityEnv: [lower]",
+        "warmShadows: -1",
+        "idleThresholdPct: 101",
+        "netlinkProtocol: 40",
+        "nri: 3",
+        "[1, 2]",
+        "shareSpecs: [true]",
+        "warmShadows: 1.5",
+    ],
+)
+def test_bad_values_are_refused(text: str) -> None:
+    with pytest.raises(ConfigError):
+        load_config(text=text)
+
+
+def test_unreadable_file_names_the_path(tmp_path: object) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config("/nonexistent/gpushare.yaml")
+
+
+def test_node_name_from_env_and_flag_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "node-a")
+    cfg = load_config()
+    assert cfg.node_name == "node-a"
+    assert with_overrides(cfg, node_name="node-b", warm_shadows=None).node_name == "node-b"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("10m", 600), ("30s", 30), ("500ms", 0.5), ("1h", 3600), (7, 7)])
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration_s(text) == seconds
+
+
+def test_effective_config_round_trips_names() -> None:
+    doc = effective_config(Config())
+    assert doc["shadowIdleTimeout"] == 600 and doc["nri"]["pluginIndex"] == "10"

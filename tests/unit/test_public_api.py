@@ -1,0 +1,19 @@
+"""Pin every package's public surface (httpx's habit): a change to __all__ is deliberate."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPECTED = {
+    "gpushare": ["ConfigError", "GpushareError", "InstructionRefused"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_all_is_pinned(name: str) -> None:
+    module = importlib.import_module(name)
+    assert sorted(module.__all__) == sorted(EXPECTED[name])
+    for symbol in module.__all__:
+        assert hasattr(module, symbol)
