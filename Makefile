@@ -46,5 +46,8 @@ unit: venv
 test: deps lint
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
 
+protos: venv
+	$(PY) hack/protos.py
+
 clean:
 	rm -rf build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,32 @@
+"""Errors of the controller and the agent.
+
+    GpushareError
+    └── ControllerError
+        ├── RetryLater(delay_s)     a transient failure; the loop retries the step after delay_s
+        ├── KubeError               the API server refused or could not be reached
+        └── MetricsError            a metrics source could not be read or parsed at all
+"""
+
+from __future__ import annotations
+
+from gpushare.errors import GpushareError
+
+
+class ControllerError(GpushareError):
+    """Base of the controller's errors."""
+
+
+class RetryLater(ControllerError):
+    """Transient: try the same step again after ``delay_s`` (kopf's TemporaryError)."""
+
+    def __init__(self, message: str, delay_s: float = 5.0) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+class KubeError(ControllerError):
+    """The API server answered with an error or was unreachable; the message names the call."""
+
+
+class MetricsError(ControllerError):
+    """A metrics source could not be read (scrape failed, file missing); never a bad line."""
