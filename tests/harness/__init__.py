@@ -1,0 +1,1 @@
+"""Reusable harnesses that start real peers for the integration tiers (containerd, kubelet, QEMU)."""
