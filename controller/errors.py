@@ -4,7 +4,9 @@
     └── ControllerError
         ├── RetryLater(delay_s)     a transient failure; the loop retries the step after delay_s
         ├── KubeError               the API server refused or could not be reached
-        └── MetricsError            a metrics source could not be read or parsed at all
+        ├── MetricsError            a metrics source could not be read or parsed at all
+        ├── InvalidObject           a pod from the API lacks a field the controller needs (skipped)
+        └── StateError              the state file under stateDir cannot be opened or is too new
 """
 
 from __future__ import annotations
@@ -30,3 +32,11 @@ class KubeError(ControllerError):
 
 class MetricsError(ControllerError):
     """A metrics source could not be read (scrape failed, file missing); never a bad line."""
+
+
+class InvalidObject(ControllerError):
+    """An API object cannot be read as the model needs it; the message names the pod and field."""
+
+
+class StateError(ControllerError):
+    """The SQLite state file could not be used; the message names the path and what to do."""

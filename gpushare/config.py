@@ -93,6 +93,10 @@ class Config:
     real_resources: tuple[str, ...] = DEFAULT_REAL_RESOURCES
     visibility_env: tuple[str, ...] = DEFAULT_VISIBILITY_ENV
     warm_shadows: int = 0
+    # §3: shadows need a high PriorityClass (created by the manifests) and an image whose
+    # entrypoint sleeps until TERM (the kubelet's pause image does exactly that).
+    shadow_priority_class: str = "gpushare-shadow"
+    shadow_image: str = "registry.k8s.io/pause:3.10"
     shadow_idle_timeout_s: float = 600.0
     idle_window_s: float = 600.0
     idle_threshold_pct: float = 0.0

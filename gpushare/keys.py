@@ -26,6 +26,13 @@ LABEL_SHARE_SPEC: Final = f"{DOMAIN}/share-spec"
 LABEL_SHARE_KIND: Final = f"{DOMAIN}/share-kind"
 KIND_SHARE: Final = "share"
 KIND_SHARE_DEV: Final = "share-dev"
+# §3 mapping records, written by the node agent (the truth stays in PodResources, design §9):
+# on a shadow, JSON {"<ns>/<sharer>/<container>": ["<virtual id>", ...]} listing its users;
+ANNOTATION_SHADOW_USERS: Final = f"{DOMAIN}/shadow-users"
+# on a sharer, JSON {"<shadow ns>/<shadow name>": "<shadow uid>"}: the shadow(s) it depends on.
+ANNOTATION_SHADOW_OWNER: Final = f"{DOMAIN}/shadow-owner"
+# §3 pools: a sharer may name the real resource of its pool (default: the first of realResources).
+ANNOTATION_POOL_RESOURCE: Final = f"{DOMAIN}/pool-resource"
 
 # §4 container annotations (emitted by our device plugins, read by the NRI plugin).
 ANNOTATION_DEVICES_FROM: Final = f"{DOMAIN}/container-devices-from"
