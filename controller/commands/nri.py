@@ -1,7 +1,98 @@
-"""`gpushare nri ...` commands."""
+"""`gpushare nri ...`: run the NRI plugin alone (design §5), e.g. on a node without the agent or
+in tests against a real containerd."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="nri commands.")
+from controller.podresources import PodResourcesClient
+from gpushare.config import effective_config, load_config
+from gpushare.errors import ConfigError
+from gpushare.log import kv
+from nri_plugin import Injector, NriError, Stub
+from nri_plugin.stub import ENV_PLUGIN_SOCKET
+
+app = typer.Typer(no_args_is_help=True, help="The containerd NRI plugin (device sync at CreateContainer).")
+log = logging.getLogger(__name__)
+
+
+@app.command("run")
+def run(
+    socket_path: Annotated[
+        str | None,
+        typer.Option("--socket", help="NRI socket to dial (default: config nri.socket, /var/run/nri/nri.sock)"),
+    ] = None,
+    pod_resources_socket: Annotated[
+        str | None,
+        typer.Option(
+            "--pod-resources-socket",
+            help="kubelet pod-resources socket; without it cross-pod instructions are refused (design §8)",
+        ),
+    ] = None,
+    config_file: Annotated[str | None, typer.Option("--config", help="gpushare config file (YAML, version v1)")] = None,
+    preconnected: Annotated[
+        bool,
+        typer.Option(
+            "--preconnected/--no-preconnected",
+            help=f"use the socket containerd passed as fd ${ENV_PLUGIN_SOCKET} (automatic when that is set "
+            "and --socket is not given)",
+        ),
+    ] = False,
+) -> None:
+    """Run the plugin until SIGTERM/SIGINT; one INFO line per decision."""
+    try:
+        cfg = load_config(config_file)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+    if socket_path is not None:
+        cfg = dataclasses.replace(cfg, nri=dataclasses.replace(cfg.nri, socket=socket_path))
+    if pod_resources_socket is not None:
+        cfg = dataclasses.replace(
+            cfg, kubelet=dataclasses.replace(cfg.kubelet, pod_resources_socket=pod_resources_socket)
+        )
+    use_fd = preconnected or (socket_path is None and ENV_PLUGIN_SOCKET in os.environ)
+    log.info("effective config", extra=kv(**{"nri": effective_config(cfg)["nri"]}))
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("nri: signal %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    with contextlib.ExitStack() as stack:
+        oracle = None
+        if pod_resources_socket is not None:
+            oracle = stack.enter_context(PodResourcesClient(cfg.kubelet.pod_resources_socket))
+        injector = Injector(cfg, oracle=oracle)
+        try:
+            if use_fd:
+                stub = Stub.from_environment(injector, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index)
+            else:
+                stub = Stub(injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index)
+        except NriError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from exc
+        stack.callback(stub.close)
+        log.info(
+            "nri: starting",
+            extra=kv(
+                mode="pre-connected" if use_fd else "external",
+                socket=cfg.nri.socket if not use_fd else f"fd:{os.environ.get(ENV_PLUGIN_SOCKET)}",
+                pod_resources=pod_resources_socket or "none (cross-pod refused)",
+            ),
+        )
+        stub.run(stop)
+    log.info("nri: stopped")

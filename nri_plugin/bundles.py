@@ -1,0 +1,46 @@
+"""``BundleCache``: the node's pods and containers as an immutable ``Snapshot``, swapped under a lock.
+
+Learned from Synchronize (full replace) and every CreateContainer; forgotten on RemoveContainer
+and RemovePodSandbox. Readers take the current snapshot without locking (an attribute read is
+atomic) and never see a half-applied update; writers hold the lock only to swap (style §2.7).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from nri_plugin.model import ContainerInfo, PodInfo, Snapshot, SourceRecord, build_snapshot, record_of
+
+
+class BundleCache:
+    def __init__(self, visibility_env: Iterable[str]) -> None:
+        self._visibility_env = tuple(visibility_env)
+        self._lock = threading.Lock()
+        self._snapshot = Snapshot()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def record(self, container: ContainerInfo) -> SourceRecord:
+        return record_of(container, self._visibility_env)
+
+    def replace_all(self, pods: Iterable[PodInfo], containers: Iterable[ContainerInfo]) -> None:
+        snap = build_snapshot(pods, containers, self._visibility_env)
+        with self._lock:
+            self._snapshot = snap
+
+    def add(self, pod: PodInfo, container: ContainerInfo | None = None) -> None:
+        record = self.record(container) if container is not None else None
+        with self._lock:
+            snap = self._snapshot.with_pod(pod)
+            self._snapshot = snap.with_container(record) if record is not None else snap
+
+    def remove_container(self, container_id: str) -> None:
+        with self._lock:
+            self._snapshot = self._snapshot.without_container(container_id)
+
+    def remove_pod(self, pod_id: str) -> None:
+        with self._lock:
+            self._snapshot = self._snapshot.without_pod(pod_id)

@@ -1,0 +1,284 @@
+"""Device sync decisions (design §5 and §8): instruction → source → verify → adjustment.
+
+Pure functions over plain data (``nri_plugin.model``): no sockets, threads, clock or protobuf.
+Everything outside — what kubelet allocated (PodResources) and real-ID resolution — is looked
+up by the caller and passed in as data. Every refusal raises ``InstructionRefused`` whose
+message starts with ``gpushare:``, names the problem and the rule; the stub returns it to
+containerd, which fails only that container.
+
+Rules:
+- Instructions: the container annotations ``container-devices-from`` (shadow source, JSON) and
+  ``container-devices-ids`` (real IDs, JSON), or the pod annotation
+  ``container-devices-from.<this container>`` (same-pod source, Docker-in-Docker). A container
+  annotation beats the pod annotation; both container annotations at once are refused.
+- Cross-pod (both container annotations) is honoured only when the key is NOT also a pod
+  annotation (it could have been copied from the pod by a runtime pass-through), only with an
+  allocation oracle (PodResources) that confirms the container holds exactly those IDs, and for
+  ``container-devices-from`` only when the source pod is known on this node and labelled
+  ``gpushare.k8s.io/role=shadow``.
+- A source must already have been created. When the target comes first the container is
+  refused ("not created yet"); kubelet retries container creation with back-off, so the pod
+  converges once the source exists.
+- The bundle is the source's character devices under /dev (other types and paths are skipped;
+  a source with none left is refused), its visibility variables and its ``cdi.k8s.io/``
+  annotations. Nothing is ever removed from the target.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpushare import keys
+from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
+from gpushare.errors import InstructionRefused
+from gpushare.ids import parse_virtual_id
+from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, SourceRecord
+
+RETRY_HINT = "kubelet retries container creation with back-off, so the pod converges once it exists"
+
+
+@dataclass(frozen=True)
+class SamePod:
+    """Pod annotation: take the bundle of container ``source`` of the same pod."""
+
+    source: str
+
+
+@dataclass(frozen=True)
+class ShadowSource:
+    """Container annotation ``container-devices-from``: a shadow pod's container."""
+
+    spec: DevicesFrom
+
+
+@dataclass(frozen=True)
+class RealIds:
+    """Container annotation ``container-devices-ids``: real device IDs (spot)."""
+
+    spec: DevicesIds
+
+
+Instruction = SamePod | ShadowSource | RealIds
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to add to the target, where it came from, and what was skipped (for the log)."""
+
+    source: str
+    adjustment: Bundle
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def is_cross_pod(self) -> bool:
+        return "/" in self.source
+
+
+def is_cross_pod(instruction: Instruction | None) -> bool:
+    return isinstance(instruction, ShadowSource | RealIds)
+
+
+def find_instruction(pod: PodInfo, container: ContainerInfo) -> Instruction | None:
+    """The instruction for this container, or None. Malformed → InstructionRefused."""
+    from_value = container.annotations.get(keys.ANNOTATION_DEVICES_FROM)
+    ids_value = container.annotations.get(keys.ANNOTATION_DEVICES_IDS)
+    if from_value is not None and ids_value is not None:
+        raise InstructionRefused(
+            f"gpushare: container {container.name!r} carries both {keys.ANNOTATION_DEVICES_FROM} and "
+            f"{keys.ANNOTATION_DEVICES_IDS}; a container takes devices from one source only"
+        )
+    for key, value in ((keys.ANNOTATION_DEVICES_FROM, from_value), (keys.ANNOTATION_DEVICES_IDS, ids_value)):
+        if value is not None and key in pod.annotations:
+            raise InstructionRefused(
+                f"gpushare: {key} is also a pod annotation of {pod.ref}; a cross-pod instruction is honoured only "
+                "from a container annotation written by gpushare's device plugin, never one that may have been "
+                "copied from the pod (design §8)"
+            )
+    if from_value is not None:
+        return ShadowSource(parse_devices_from(from_value))
+    if ids_value is not None:
+        return RealIds(parse_devices_ids(ids_value))
+    key = keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + container.name
+    if key in pod.annotations:
+        found = parse_same_pod_annotations({key: pod.annotations[key]})
+        return SamePod(found[container.name].source)
+    return None
+
+
+def usable_devices(devices: tuple[Device, ...]) -> tuple[tuple[Device, ...], tuple[str, ...]]:
+    """Split a source's devices into injectable ones (character devices under /dev, clean
+    paths) and a description of each skipped one."""
+    keep: list[Device] = []
+    skipped: list[str] = []
+    for d in devices:
+        if d.type != "c":
+            kind = {"b": "block device", "u": "unbuffered char device", "p": "FIFO"}.get(d.type, f"type {d.type!r}")
+            skipped.append(f"{d.path} ({kind})")
+        elif not d.path.startswith("/dev/") or posixpath.normpath(d.path) != d.path or "/../" in d.path + "/":
+            skipped.append(f"{d.path} (not under /dev)")
+        elif d.major < 0 or d.minor < 0:
+            skipped.append(f"{d.path} (negative device number)")
+        else:
+            keep.append(d)
+    return tuple(keep), tuple(skipped)
+
+
+def _source_bundle(source: SourceRecord, what: str) -> tuple[Bundle, tuple[str, ...]]:
+    devices, skipped = usable_devices(source.bundle.devices)
+    if not devices:
+        detail = f" (skipped: {', '.join(skipped)})" if skipped else ""
+        raise InstructionRefused(
+            f"gpushare: {what} holds no character device under /dev{detail}; only character devices under "
+            "/dev that the source really holds are injected (design §8)"
+        )
+    return Bundle(devices, source.bundle.env, source.bundle.annotations), skipped
+
+
+def _added(bundle: Bundle, target: ContainerInfo) -> Bundle:
+    """What the target does not already have. Never removes; refuses to replace a device."""
+    have = {d.path: d for d in target.devices}
+    devices = []
+    for d in bundle.devices:
+        old = have.get(d.path)
+        if old is None:
+            devices.append(d)
+        elif (old.type, old.major, old.minor) != (d.type, d.major, d.minor):
+            raise InstructionRefused(
+                f"gpushare: container {target.name!r} already has {d.path} as {old.type} {old.major}:{old.minor}, "
+                f"the source's is {d.type} {d.major}:{d.minor}; gpushare adds devices but never replaces one"
+            )
+    env_have = dict(target.env)
+    env = tuple((k, v) for k, v in bundle.env if env_have.get(k) != v)
+    annotations = tuple((k, v) for k, v in bundle.annotations if target.annotations.get(k) != v)
+    return Bundle(tuple(devices), env, annotations)
+
+
+def decide(
+    instruction: Instruction,
+    pod: PodInfo,
+    container: ContainerInfo,
+    snapshot: Snapshot,
+    *,
+    allocated: Mapping[str, frozenset[str]] | None = None,
+    resolved: Mapping[str, Bundle] | None = None,
+) -> Decision:
+    """Decide the adjustment for ``container`` of ``pod``.
+
+    ``allocated`` is the oracle's answer for this container (None: no oracle configured, so
+    cross-pod instructions are refused). ``resolved`` maps a real resource name to the bundle a
+    ``DeviceResolver`` produced for the requested IDs (only consulted when no known container
+    holds exactly those IDs).
+    """
+    if isinstance(instruction, SamePod):
+        return _decide_same_pod(instruction, pod, container, snapshot)
+    if allocated is None:
+        raise InstructionRefused(
+            f"gpushare: cross-pod instruction for container {container.name!r} of {pod.ref} refused: no PodResources "
+            "API is configured to confirm the allocation (start the plugin with --pod-resources-socket; design §8)"
+        )
+    if isinstance(instruction, ShadowSource):
+        return _decide_shadow(instruction.spec, pod, container, snapshot, allocated)
+    return _decide_real_ids(instruction.spec, pod, container, snapshot, allocated=allocated, resolved=resolved or {})
+
+
+def _decide_same_pod(instr: SamePod, pod: PodInfo, container: ContainerInfo, snap: Snapshot) -> Decision:
+    source = snap.container_named(pod.id, instr.source)
+    if source is None or source.container_id == container.id:
+        raise InstructionRefused(
+            f'gpushare: the pod annotation for "{container.name}" names "{instr.source}", which is not a created '
+            f"container of pod {pod.ref}: it is not created yet or does not exist; {RETRY_HINT}"
+        )
+    bundle, skipped = _source_bundle(source, f'source container "{instr.source}" of pod {pod.ref}')
+    return Decision(f"{pod.ref}/{instr.source}", _added(bundle, container), skipped)
+
+
+def _decide_shadow(
+    spec: DevicesFrom,
+    pod: PodInfo,
+    container: ContainerInfo,
+    snap: Snapshot,
+    allocated: Mapping[str, frozenset[str]],
+) -> Decision:
+    ref = spec.source
+    source_pod = snap.pod_by_ref(ref.namespace, ref.pod)
+    if source_pod is None:
+        raise InstructionRefused(
+            f"gpushare: source pod {ref.namespace}/{ref.pod} named by {keys.ANNOTATION_DEVICES_FROM} is not known on "
+            f"this node: it does not run here or none of its containers is created yet; {RETRY_HINT}"
+        )
+    if source_pod.labels.get(keys.LABEL_ROLE) != keys.ROLE_SHADOW:
+        raise InstructionRefused(
+            f"gpushare: source pod {source_pod.ref} is not labelled {keys.LABEL_ROLE}={keys.ROLE_SHADOW}; "
+            "a cross-pod source must be a gpushare shadow pod on this node (design §8)"
+        )
+    wanted = frozenset(spec.virtual_ids)
+    shared = frozenset(vid for resource, ids in allocated.items() if keys.parse_share_resource(resource) for vid in ids)
+    of_source = frozenset(vid for vid in shared if _belongs_to(vid, ref.namespace, ref.pod))
+    if of_source != wanted:
+        raise InstructionRefused(
+            f"gpushare: PodResources does not confirm that container {container.name!r} of {pod.ref} holds exactly "
+            f"{sorted(wanted)} (kubelet lists {sorted(of_source) or 'none'} of {source_pod.ref}); "
+            "refused (design §8)"
+        )
+    source = snap.container_named(source_pod.id, ref.container)
+    if source is None:
+        raise InstructionRefused(
+            f'gpushare: container "{ref.container}" of source pod {source_pod.ref} is not created yet; {RETRY_HINT}'
+        )
+    bundle, skipped = _source_bundle(source, f"source container {ref}")
+    return Decision(str(ref), _added(bundle, container), skipped)
+
+
+def _belongs_to(vid: str, namespace: str, shadow: str) -> bool:
+    try:
+        parsed = parse_virtual_id(vid)
+    except InstructionRefused:
+        return False
+    return (parsed.namespace, parsed.shadow) == (namespace, shadow)
+
+
+def _decide_real_ids(
+    spec: DevicesIds,
+    pod: PodInfo,
+    container: ContainerInfo,
+    snap: Snapshot,
+    *,
+    allocated: Mapping[str, frozenset[str]],
+    resolved: Mapping[str, Bundle],
+) -> Decision:
+    wanted = frozenset(rid for _, ids in spec.by_resource for rid in ids)
+    held = frozenset(
+        d[len(keys.SPOT_DEVICE_PREFIX) :]
+        for d in allocated.get(keys.RESOURCE_SPOT_GPU, frozenset())
+        if d.startswith(keys.SPOT_DEVICE_PREFIX)
+    )
+    if held != wanted:
+        raise InstructionRefused(
+            f"gpushare: PodResources does not confirm that container {container.name!r} of {pod.ref} holds "
+            f"{keys.RESOURCE_SPOT_GPU} devices for exactly {sorted(wanted)} (kubelet lists "
+            f"{sorted(held) or 'none'}); refused (design §8)"
+        )
+    bundle = Bundle()
+    skipped: list[str] = []
+    sources: list[str] = []
+    for resource, ids in spec.by_resource:
+        holder = snap.holder_of(frozenset(ids))
+        if holder is not None and holder.container_id != container.id:
+            part, skip = _source_bundle(holder, f"the container holding {resource} {list(ids)}")
+            holder_pod = snap.pods.get(holder.pod_id)
+            sources.append(f"{holder_pod.ref if holder_pod else holder.pod_id}/{holder.name}")
+        elif resource in resolved:
+            part, skip = _source_bundle(
+                SourceRecord("", "", "", resolved[resource]), f"the resolved bundle of {resource} {list(ids)}"
+            )
+            sources.append(f"resolver:{resource}")
+        else:
+            raise InstructionRefused(
+                f"gpushare: no container on this node is known to hold exactly {resource} {list(ids)}, so their "
+                "device nodes are unknown; the owner's container must be running on this node (design §5)"
+            )
+        bundle = bundle.merged(part)
+        skipped.extend(skip)
+    return Decision(",".join(sources), _added(bundle, container), tuple(skipped))

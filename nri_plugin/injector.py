@@ -1,0 +1,135 @@
+"""``Injector``: the plugin object the ``Stub`` drives, one method per NRI event it handles.
+
+It keeps ``BundleCache`` current (Synchronize, CreateContainer, RemoveContainer,
+RemovePodSandbox) and, at CreateContainer, runs the pure decision code. The only I/O a handler
+may do is the ``AllocationOracle`` / ``DeviceResolver`` lookup for cross-pod instructions, which
+must be a cached lookup or bounded by a short timeout. Every decision logs one INFO line:
+``decision=inject|refuse pod=ns/name container=c source=... devices=N took_ms=...``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from gpushare.config import Config
+from gpushare.errors import InstructionRefused
+from gpushare.log import kv
+from nri_plugin import convert
+from nri_plugin._pb import nri_pb2
+from nri_plugin.bundles import BundleCache
+from nri_plugin.decide import Decision, RealIds, decide, find_instruction, is_cross_pod
+from nri_plugin.errors import OracleUnavailable
+from nri_plugin.model import Bundle, ContainerInfo, PodInfo
+from nri_plugin.oracle import AllocationOracle, DeviceResolver
+
+log = logging.getLogger(__name__)
+
+OnDecision = Callable[[str, PodInfo, ContainerInfo, "Decision | None", float], None]
+
+
+class Injector:
+    """Device sync at CreateContainer (design §5). Thread-safe; handlers are short."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        oracle: AllocationOracle | None = None,
+        resolver: DeviceResolver | None = None,
+        cache: BundleCache | None = None,
+        on_decision: OnDecision | None = None,
+        keep_timings: int = 100_000,
+    ) -> None:
+        self.cache = cache if cache is not None else BundleCache(config.visibility_env)
+        self._oracle = oracle
+        self._resolver = resolver
+        self._on_decision = on_decision
+        self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
+
+    # --- NRI events (the Stub derives the subscription mask from these method names) ---
+
+    def synchronize(self, pods: Iterable[nri_pb2.PodSandbox], containers: Iterable[nri_pb2.Container]) -> None:
+        self.cache.replace_all((convert.pod_info(p) for p in pods), (convert.container_info(c) for c in containers))
+        snap = self.cache.snapshot
+        log.info("nri: synchronized", extra=kv(pods=len(snap.pods), containers=len(snap.containers)))
+
+    def create_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> nri_pb2.ContainerAdjustment:
+        start = time.perf_counter()
+        pod_info = convert.pod_info(pod)
+        info = convert.container_info(container)
+        try:
+            decision = self._decide(pod_info, info)
+        except InstructionRefused as exc:
+            took_ms = (time.perf_counter() - start) * 1000.0
+            self._timings_ms.append(took_ms)
+            log.info(
+                "decision",
+                extra=kv(
+                    decision="refuse", pod=pod_info.ref, container=info.name, reason=str(exc), took_ms=round(took_ms, 3)
+                ),
+            )
+            if self._on_decision is not None:
+                self._on_decision("refuse", pod_info, info, None, took_ms)
+            raise
+        added = decision.adjustment if decision is not None else Bundle()
+        # Remember the container as it will be created, so it can itself be a source (chains).
+        self.cache.add(pod_info, convert.with_adjustment(info, added))
+        took_ms = (time.perf_counter() - start) * 1000.0
+        self._timings_ms.append(took_ms)
+        if decision is not None:
+            log.info(
+                "decision",
+                extra=kv(
+                    decision="inject",
+                    pod=pod_info.ref,
+                    container=info.name,
+                    source=decision.source,
+                    devices=len(added.devices),
+                    env=len(added.env),
+                    skipped=len(decision.skipped),
+                    took_ms=round(took_ms, 3),
+                ),
+            )
+            if self._on_decision is not None:
+                self._on_decision("inject", pod_info, info, decision, took_ms)
+        else:
+            log.debug("no instruction", extra=kv(pod=pod_info.ref, container=info.name))
+        return convert.adjustment(added)
+
+    def remove_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> None:
+        self.cache.remove_container(container.id)
+
+    def remove_pod_sandbox(self, pod: nri_pb2.PodSandbox) -> None:
+        self.cache.remove_pod(pod.id)
+
+    # --- helpers ---
+
+    def handler_times_ms(self) -> list[float]:
+        """Durations of CreateContainer handlers so far (benchmarks report p50/p99)."""
+        return list(self._timings_ms)
+
+    def _decide(self, pod: PodInfo, info: ContainerInfo) -> Decision | None:
+        instruction = find_instruction(pod, info)
+        if instruction is None:
+            return None
+        snap = self.cache.snapshot
+        allocated: Mapping[str, frozenset[str]] | None = None
+        resolved: dict[str, Bundle] = {}
+        if is_cross_pod(instruction) and self._oracle is not None:
+            try:
+                allocated = self._oracle.allocated_ids(pod.namespace, pod.name, info.name)
+            except OracleUnavailable as exc:
+                raise InstructionRefused(
+                    f"gpushare: cannot confirm the allocation of container {info.name!r} of {pod.ref}: {exc}; "
+                    "cross-pod instruction refused (design §8)"
+                ) from exc
+        if isinstance(instruction, RealIds) and self._resolver is not None and allocated is not None:
+            for resource, ids in instruction.spec.by_resource:
+                if snap.holder_of(frozenset(ids)) is None:
+                    bundle = self._resolver.resolve(resource, ids)
+                    if bundle is not None:
+                        resolved[resource] = bundle
+        return decide(instruction, pod, info, snap, allocated=allocated, resolved=resolved)

@@ -1,0 +1,202 @@
+"""Plain data the decision code works on: pods, containers, bundles and the snapshot index.
+
+Pure: no sockets, threads or clock. ``Snapshot`` is immutable; every update returns a new one,
+which ``BundleCache`` swaps in under its lock (style §2.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from gpushare import keys
+
+# Values of a visibility variable that name no device (vendor conventions).
+_NON_IDS = frozenset({"", "all", "none", "void", "nodevfiles"})
+
+
+@dataclass(frozen=True)
+class Device:
+    """A Linux device node as the runtime sees it (NRI ``LinuxDevice``)."""
+
+    path: str
+    type: str
+    major: int
+    minor: int
+    file_mode: int | None = None  # permission bits only
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What a container was given: device nodes, visibility variables, CDI annotations."""
+
+    devices: tuple[Device, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def merged(self, other: Bundle) -> Bundle:
+        """Union, first occurrence wins (by device path, env name, annotation key)."""
+        devices = {d.path: d for d in self.devices}
+        for d in other.devices:
+            devices.setdefault(d.path, d)
+        env = dict(self.env)
+        for k, v in other.env:
+            env.setdefault(k, v)
+        ann = dict(self.annotations)
+        for k, v in other.annotations:
+            ann.setdefault(k, v)
+        return Bundle(tuple(devices.values()), tuple(env.items()), tuple(ann.items()))
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.devices or self.env or self.annotations)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    id: str
+    name: str
+    namespace: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    pod_id: str
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    env: tuple[tuple[str, str], ...] = ()
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """A container as a possible source: its bundle and the real IDs its visibility vars name."""
+
+    container_id: str
+    pod_id: str
+    name: str
+    bundle: Bundle
+    # One ID set per visibility variable (NVIDIA_VISIBLE_DEVICES=uuid1,uuid2 → {uuid1, uuid2}).
+    visible_id_sets: tuple[frozenset[str], ...] = ()
+
+
+def parse_env(entries: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """``["K=V", ...]`` → ``(("K", "V"), ...)``; entries without ``=`` are ignored."""
+    out = []
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if sep:
+            out.append((name, value))
+    return tuple(out)
+
+
+def record_of(container: ContainerInfo, visibility_env: Iterable[str]) -> SourceRecord:
+    """Extract a container's bundle: all its devices (filtered at decision time, so refusals can
+    name what was skipped), its visibility variables and its CDI annotations."""
+    wanted = set(visibility_env)
+    env = tuple((k, v) for k, v in container.env if k in wanted)
+    cdi = tuple(sorted((k, v) for k, v in container.annotations.items() if k.startswith(keys.CDI_ANNOTATION_PREFIX)))
+    id_sets = []
+    for _, value in env:
+        ids = frozenset(part.strip() for part in value.split(",")) - _NON_IDS
+        if ids:
+            id_sets.append(ids)
+    return SourceRecord(
+        container_id=container.id,
+        pod_id=container.pod_id,
+        name=container.name,
+        bundle=Bundle(container.devices, env, cdi),
+        visible_id_sets=tuple(id_sets),
+    )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the plugin knows about this node's pods and containers, indexed."""
+
+    pods: Mapping[str, PodInfo] = field(default_factory=dict)
+    containers: Mapping[str, SourceRecord] = field(default_factory=dict)
+    _by_name: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    _pod_by_ref: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    _by_ids: Mapping[frozenset[str], str] = field(default_factory=dict)
+
+    # --- queries ---
+    def pod_by_ref(self, namespace: str, name: str) -> PodInfo | None:
+        pod_id = self._pod_by_ref.get((namespace, name))
+        return self.pods.get(pod_id) if pod_id is not None else None
+
+    def container_named(self, pod_id: str, name: str) -> SourceRecord | None:
+        cid = self._by_name.get((pod_id, name))
+        return self.containers.get(cid) if cid is not None else None
+
+    def holder_of(self, real_ids: frozenset[str]) -> SourceRecord | None:
+        """The container whose visibility variable names exactly these real IDs (latest wins)."""
+        cid = self._by_ids.get(real_ids)
+        return self.containers.get(cid) if cid is not None else None
+
+    # --- updates (each returns a new snapshot) ---
+    def with_pod(self, pod: PodInfo) -> Snapshot:
+        if self.pods.get(pod.id) == pod:
+            return self
+        pods = {**self.pods, pod.id: pod}
+        refs = {k: v for k, v in self._pod_by_ref.items() if v != pod.id}
+        refs[(pod.namespace, pod.name)] = pod.id
+        return replace(self, pods=pods, _pod_by_ref=refs)
+
+    def with_container(self, record: SourceRecord) -> Snapshot:
+        containers = {**self.containers, record.container_id: record}
+        by_name = {**self._by_name, (record.pod_id, record.name): record.container_id}
+        by_ids = dict(self._by_ids)
+        for ids in record.visible_id_sets:
+            by_ids[ids] = record.container_id
+        return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
+
+    def without_container(self, container_id: str) -> Snapshot:
+        record = self.containers.get(container_id)
+        if record is None:
+            return self
+        containers = {k: v for k, v in self.containers.items() if k != container_id}
+        # A restarted container (same name, new id) keeps the name slot: only drop our own entries.
+        by_name = {k: v for k, v in self._by_name.items() if v != container_id}
+        by_ids = {k: v for k, v in self._by_ids.items() if v != container_id}
+        return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
+
+    def without_pod(self, pod_id: str) -> Snapshot:
+        snap = self
+        for cid in [c.container_id for c in self.containers.values() if c.pod_id == pod_id]:
+            snap = snap.without_container(cid)
+        if pod_id not in snap.pods:
+            return snap
+        pods = {k: v for k, v in snap.pods.items() if k != pod_id}
+        refs = {k: v for k, v in snap._pod_by_ref.items() if v != pod_id}
+        return replace(snap, pods=pods, _pod_by_ref=refs)
+
+
+def build_snapshot(
+    pods: Iterable[PodInfo], containers: Iterable[ContainerInfo], visibility_env: Iterable[str]
+) -> Snapshot:
+    """A fresh snapshot from a full listing (Synchronize), built in one pass."""
+    vis = tuple(visibility_env)
+    pod_map = {p.id: p for p in pods}
+    records = {c.id: record_of(c, vis) for c in containers}
+    by_ids: dict[frozenset[str], str] = {}
+    for r in records.values():
+        for ids in r.visible_id_sets:
+            by_ids[ids] = r.container_id
+    return Snapshot(
+        pods=pod_map,
+        containers=records,
+        _by_name={(r.pod_id, r.name): r.container_id for r in records.values()},
+        _pod_by_ref={(p.namespace, p.name): p.id for p in pod_map.values()},
+        _by_ids=by_ids,
+    )

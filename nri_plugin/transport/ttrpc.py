@@ -1,0 +1,323 @@
+"""ttrpc over one logical mux connection: bytes and method names only.
+
+Framing (nri-protocol.md §1): a 10-byte big-endian header — data length (uint32), stream id
+(uint32), type (1 request, 2 response, 3 data), flags — then a protobuf ``ttrpc.Request`` or
+``ttrpc.Response``. Clients use odd, strictly increasing stream ids starting at 1; the server
+answers on the same id. We never send more than 4 MiB of data (``MAX_MESSAGE``); we accept up
+to 16 MiB (``MAX_RECV_MESSAGE``) because NRI v0.6.1 does not check its own sends (a large
+Synchronize), and anything larger is a ``ProtocolError``.
+
+``TtrpcServer`` answers unknown services/methods with UNIMPLEMENTED (12), which NRI v0.12
+runtimes need to fall back to ``StateChange``. Handlers run on a small pool; a dispatcher thread
+waits for each one at most until the caller's deadline (``timeout_nano``) minus a margin and then
+answers DEADLINE_EXCEEDED itself, so a slow handler fails one call instead of the runtime
+disconnecting the plugin.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import struct
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from nri_plugin._pb import ttrpc_pb2
+from nri_plugin.errors import (
+    ConnectionClosed,
+    DeadlineExceeded,
+    InstructionRefused,
+    ProtocolError,
+    RpcStatusError,
+    TransportError,
+)
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">IIBB")
+HEADER_SIZE = HEADER.size  # 10
+MAX_MESSAGE = 4 << 20
+MAX_RECV_MESSAGE = 16 << 20
+
+TYPE_REQUEST = 0x01
+TYPE_RESPONSE = 0x02
+TYPE_DATA = 0x03
+_KNOWN_TYPES = (TYPE_REQUEST, TYPE_RESPONSE, TYPE_DATA)
+
+
+class Code(enum.IntEnum):
+    """gRPC status codes (google.rpc.Code numbering)."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+
+
+@dataclass(frozen=True)
+class Message:
+    stream_id: int
+    type: int
+    flags: int
+    data: bytes
+
+
+def encode_message(stream_id: int, msg_type: int, data: bytes, flags: int = 0) -> bytes:
+    if len(data) > MAX_MESSAGE:
+        raise ProtocolError(f"gpushare: ttrpc message of {len(data)} bytes exceeds the 4 MiB limit")
+    return HEADER.pack(len(data), stream_id, msg_type, flags) + data
+
+
+class MessageDecoder:
+    """Incremental decoder of ttrpc messages from one connection's byte stream."""
+
+    def __init__(self, max_data: int = MAX_RECV_MESSAGE) -> None:
+        self._buf = bytearray()
+        self._max = max_data
+
+    def feed(self, data: bytes) -> list[Message]:
+        self._buf += data
+        out: list[Message] = []
+        while len(self._buf) >= HEADER_SIZE:
+            length, sid, msg_type, flags = HEADER.unpack_from(self._buf)
+            if length > self._max:
+                raise ProtocolError(f"gpushare: ttrpc message of {length} bytes (stream {sid}) exceeds {self._max}")
+            if msg_type not in _KNOWN_TYPES:
+                raise ProtocolError(f"gpushare: ttrpc message of unknown type {msg_type:#x} (stream {sid})")
+            if len(self._buf) < HEADER_SIZE + length:
+                break
+            out.append(Message(sid, msg_type, flags, bytes(self._buf[HEADER_SIZE : HEADER_SIZE + length])))
+            del self._buf[: HEADER_SIZE + length]
+        return out
+
+
+def decode_request(data: bytes) -> ttrpc_pb2.Request:
+    req = ttrpc_pb2.Request()
+    try:
+        req.ParseFromString(data)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"gpushare: undecodable ttrpc request ({exc})") from exc
+    return req
+
+
+def decode_response(data: bytes) -> ttrpc_pb2.Response:
+    resp = ttrpc_pb2.Response()
+    try:
+        resp.ParseFromString(data)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"gpushare: undecodable ttrpc response ({exc})") from exc
+    return resp
+
+
+def encode_response(payload: bytes = b"", code: int = 0, message: str = "") -> bytes:
+    resp = ttrpc_pb2.Response(payload=payload)
+    if code:
+        resp.status.code = code
+        resp.status.message = message
+    return resp.SerializeToString()
+
+
+Send = Callable[[bytes], None]
+# A handler takes the request payload and returns the response payload. It raises
+# InstructionRefused (→ FAILED_PRECONDITION), RpcStatusError (→ its code) or anything else (→ INTERNAL).
+Handler = Callable[[bytes], bytes]
+
+
+class TtrpcClient:
+    """Calls on one connection; responses arrive through ``feed`` (the mux reader thread)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._decoder = MessageDecoder()
+        self._lock = threading.Lock()
+        self._next_id = 1
+        self._pending: dict[int, _Slot] = {}
+        self._closed: TransportError | None = None
+
+    def feed(self, data: bytes) -> None:
+        for msg in self._decoder.feed(data):
+            if msg.type != TYPE_RESPONSE:
+                raise ProtocolError(f"gpushare: ttrpc client got message type {msg.type:#x} (stream {msg.stream_id})")
+            with self._lock:
+                slot = self._pending.pop(msg.stream_id, None)
+            if slot is None:
+                log.debug("ttrpc: dropping response for unknown stream %d", msg.stream_id)
+                continue
+            slot.data = msg.data
+            slot.done.set()
+
+    def call(self, service: str, method: str, payload: bytes, timeout_s: float) -> bytes:
+        """One unary call; returns the response payload or raises a TransportError."""
+        with self._lock:
+            if self._closed is not None:
+                raise ConnectionClosed(f"gpushare: {method}: {self._closed}")
+            sid = self._next_id
+            self._next_id += 2
+            slot = _Slot()
+            self._pending[sid] = slot
+        req = ttrpc_pb2.Request(service=service, method=method, payload=payload, timeout_nano=int(timeout_s * 1e9))
+        try:
+            self._send(encode_message(sid, TYPE_REQUEST, req.SerializeToString()))
+            if not slot.done.wait(timeout_s):
+                raise DeadlineExceeded(f"gpushare: {service}/{method} got no answer within {timeout_s:.1f}s")
+        finally:
+            with self._lock:
+                self._pending.pop(sid, None)
+        if slot.error is not None:
+            raise slot.error
+        resp = decode_response(slot.data)
+        if resp.HasField("status") and resp.status.code != 0:
+            raise RpcStatusError(resp.status.code, resp.status.message, f"{service}/{method}")
+        return resp.payload
+
+    def fail_all(self, reason: TransportError) -> None:
+        """Wake every waiting call with ``reason``; later calls fail at once."""
+        with self._lock:
+            self._closed = reason
+            pending, self._pending = self._pending, {}
+        for slot in pending.values():
+            slot.error = ConnectionClosed(f"gpushare: connection lost while waiting: {reason}")
+            slot.done.set()
+
+
+class _Slot:
+    __slots__ = ("data", "done", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.data = b""
+        self.error: TransportError | None = None
+
+
+@dataclass(frozen=True)
+class _Job:
+    stream_id: int
+    method: str
+    handler: Handler
+    payload: bytes
+    budget_s: float
+
+
+class TtrpcServer:
+    """Serves registered (service, method) pairs on one connection.
+
+    ``feed`` runs on the mux reader: it decodes, validates stream ids, answers protocol-level
+    errors (UNIMPLEMENTED, INVALID_ARGUMENT) at once and queues the rest for the dispatcher.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        handlers: Mapping[tuple[str, str], Handler],
+        *,
+        default_timeout_s: float = 2.0,
+        deadline_margin_s: float = 0.25,
+        workers: int = 2,
+        name: str = "gpushare-nri",
+    ) -> None:
+        self._send = send
+        self._handlers = dict(handlers)
+        self._decoder = MessageDecoder()
+        self._last_id = 0
+        self._default_timeout_s = default_timeout_s
+        self._margin_s = deadline_margin_s
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-handler")
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"{name}-dispatch", daemon=True)
+        self._dispatcher.start()
+        self._closed = False
+
+    def feed(self, data: bytes) -> None:
+        for msg in self._decoder.feed(data):
+            if msg.type != TYPE_REQUEST:
+                # Streaming data or a stray response: NRI uses unary calls only.
+                raise ProtocolError(f"gpushare: ttrpc server got message type {msg.type:#x} (stream {msg.stream_id})")
+            if msg.stream_id % 2 == 0 or msg.stream_id <= self._last_id:
+                self._reply(
+                    msg.stream_id,
+                    encode_response(
+                        code=Code.INVALID_ARGUMENT,
+                        message=f"StreamID {msg.stream_id} must be odd and greater than {self._last_id}",
+                    ),
+                )
+                continue
+            self._last_id = msg.stream_id
+            req = decode_request(msg.data)
+            handler = self._handlers.get((req.service, req.method))
+            if handler is None:
+                known = {s for s, _ in self._handlers}
+                text = f"method {req.method}" if req.service in known else f"service {req.service}"
+                self._reply(msg.stream_id, encode_response(code=Code.UNIMPLEMENTED, message=text))
+                continue
+            timeout_s = req.timeout_nano / 1e9 if req.timeout_nano > 0 else self._default_timeout_s
+            budget_s = max(0.05, timeout_s - self._margin_s)
+            self._queue.put(_Job(msg.stream_id, req.method, handler, req.payload, budget_s))
+
+    def _reply(self, stream_id: int, response: bytes) -> None:
+        try:
+            self._send(encode_message(stream_id, TYPE_RESPONSE, response))
+        except ProtocolError as exc:  # our reply is too large: tell the caller instead
+            self._send(
+                encode_message(
+                    stream_id, TYPE_RESPONSE, encode_response(code=Code.RESOURCE_EXHAUSTED, message=str(exc))
+                )
+            )
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                self._reply(job.stream_id, self._run(job))
+            except TransportError as exc:
+                log.debug("ttrpc: reply to %s (stream %d) not sent: %s", job.method, job.stream_id, exc)
+            except Exception:  # top of a thread loop (style §2.4): log, keep serving
+                log.exception("ttrpc: dispatcher failed on %s", job.method)
+
+    def _run(self, job: _Job) -> bytes:
+        future: Future[bytes] = self._pool.submit(job.handler, job.payload)
+        try:
+            return encode_response(payload=future.result(timeout=job.budget_s))
+        except FutureTimeout:
+            log.error(
+                "ttrpc: %s handler did not finish within %.2fs; answering DEADLINE_EXCEEDED", job.method, job.budget_s
+            )
+            return encode_response(
+                code=Code.DEADLINE_EXCEEDED,
+                message=f"gpushare: {job.method} handler did not finish within {job.budget_s:.2f}s",
+            )
+        except InstructionRefused as exc:
+            return encode_response(code=Code.FAILED_PRECONDITION, message=str(exc))
+        except RpcStatusError as exc:
+            return encode_response(code=exc.code, message=exc.status_message)
+        except Exception as exc:
+            log.exception("ttrpc: %s handler failed", job.method)
+            return encode_response(code=Code.INTERNAL, message=f"gpushare: {job.method} failed: {exc!r}")
+
+    def close(self) -> None:
+        """Stop the dispatcher and the handler pool; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        if threading.current_thread() is not self._dispatcher:
+            self._dispatcher.join(timeout=5.0)
+        self._pool.shutdown(wait=True, cancel_futures=True)

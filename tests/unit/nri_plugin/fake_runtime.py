@@ -1,0 +1,200 @@
+"""A byte-level fake of containerd's NRI side for the stub's unit tests.
+
+It frames everything itself with ``struct`` (independently of ``nri_plugin.transport``), so the
+stub's mux and ttrpc are checked against the wire format, not against themselves. The real
+runtime is exercised by the integration tests under tests/integration/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from nri_plugin._pb import nri_pb2, ttrpc_pb2
+
+MUX = struct.Struct(">II")
+TTRPC = struct.Struct(">IIBB")
+PLUGIN = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME = "nri.pkg.api.v1alpha1.Runtime"
+
+
+@dataclass
+class Reply:
+    stream_id: int
+    code: int
+    message: str
+    payload: bytes
+
+
+@dataclass
+class FakeRuntime:
+    """Listens on a Unix socket in a short temp dir; serves one plugin connection at a time."""
+
+    pods: list[nri_pb2.PodSandbox] = field(default_factory=list)
+    containers: list[nri_pb2.Container] = field(default_factory=list)
+    register_status: tuple[int, str] = (0, "")
+    max_first_frame_seen: int = 0
+    frames_seen: list[tuple[int, int]] = field(default_factory=list)  # (conn, length)
+
+    def __post_init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="gs-nri-", dir="/tmp")
+        self.path = os.path.join(self.dir, "nri.sock")
+        self.registered = threading.Event()
+        self.registration: nri_pb2.RegisterPluginRequest | None = None
+        self.configure_reply: nri_pb2.ConfigureResponse | None = None
+        self.ready = threading.Event()
+        self._listener: socket.socket | None = None
+        self._conn: socket.socket | None = None
+        self._buf = {1: bytearray(), 2: bytearray()}
+        self._replies: dict[int, Reply] = {}
+        self._cv = threading.Condition()
+        self._next_sid = 1
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.accepts = 0
+
+    # --- lifecycle ---
+    def listen(self) -> None:
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        self._listener.listen(4)
+        self._listener.settimeout(0.1)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, name="gpushare-test-fakeruntime", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close listener and connection (like containerd exiting)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def drop_connection(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    # --- wire ---
+    def send_raw(self, data: bytes) -> None:
+        assert self._conn is not None
+        self._conn.sendall(data)
+
+    def _send_ttrpc(self, conn_id: int, sid: int, mtype: int, data: bytes) -> None:
+        msg = TTRPC.pack(len(data), sid, mtype, 0) + data
+        self.send_raw(MUX.pack(conn_id, len(msg)) + msg)
+
+    def call(self, method: str, msg: object, timeout_s: float = 3.0, *, service: str = PLUGIN, sid: int | None = None,
+             timeout_nano: int = 2_000_000_000) -> Reply:
+        with self._cv:
+            if sid is None:
+                sid = self._next_sid
+                self._next_sid += 2
+        payload = msg.SerializeToString() if hasattr(msg, "SerializeToString") else bytes(msg)  # type: ignore[arg-type]
+        req = ttrpc_pb2.Request(service=service, method=method, payload=payload, timeout_nano=timeout_nano)
+        self._send_ttrpc(1, sid, 1, req.SerializeToString())
+        with self._cv:
+            if not self._cv.wait_for(lambda: sid in self._replies, timeout_s):
+                raise TimeoutError(f"no reply to {method} (stream {sid})")
+            return self._replies.pop(sid)
+
+    def _serve(self) -> None:
+        assert self._listener is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.accepts += 1
+            self._conn = conn
+            self._buf = {1: bytearray(), 2: bytearray()}
+            self._next_sid = 1
+            self.ready.clear()
+            self.registered.clear()
+            conn.settimeout(0.1)
+            try:
+                self._read(conn)
+            finally:
+                conn.close()
+                self._conn = None
+
+    def _read(self, conn: socket.socket) -> None:
+        pending = b""
+        while not self._stop.is_set():
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            pending += data
+            while len(pending) >= 8:
+                cid, n = MUX.unpack_from(pending)
+                if len(pending) < 8 + n:
+                    break
+                chunk, pending = pending[8 : 8 + n], pending[8 + n :]
+                buf = self._buf[cid]
+                if not buf:
+                    self.max_first_frame_seen = max(self.max_first_frame_seen, n)
+                self.frames_seen.append((cid, n))
+                buf += chunk
+                while len(buf) >= 10:
+                    length, sid, mtype, _ = TTRPC.unpack_from(buf)
+                    if len(buf) < 10 + length:
+                        break
+                    body = bytes(buf[10 : 10 + length])
+                    del buf[: 10 + length]
+                    self._on_message(cid, sid, mtype, body)
+
+    def _on_message(self, cid: int, sid: int, mtype: int, body: bytes) -> None:
+        if cid == 2 and mtype == 1:  # plugin → runtime request
+            req = ttrpc_pb2.Request()
+            req.ParseFromString(body)
+            if req.method == "RegisterPlugin":
+                self.registration = nri_pb2.RegisterPluginRequest.FromString(req.payload)
+                code, text = self.register_status
+                resp = ttrpc_pb2.Response()
+                if code:
+                    resp.status.code, resp.status.message = code, text
+                    self._send_ttrpc(2, sid, 2, resp.SerializeToString())
+                    return
+                # Like containerd: Configure goes out before the RegisterPlugin reply.
+                threading.Thread(target=self._handshake, args=(sid,), name="gpushare-test-handshake").start()
+            return
+        if cid == 1 and mtype == 2:
+            resp = ttrpc_pb2.Response()
+            resp.ParseFromString(body)
+            with self._cv:
+                self._replies[sid] = Reply(sid, resp.status.code, resp.status.message, resp.payload)
+                self._cv.notify_all()
+
+    def _handshake(self, register_sid: int) -> None:
+        try:
+            cfg = self.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake", runtime_version="0"))
+            self._send_ttrpc(2, register_sid, 2, b"")
+            self.configure_reply = nri_pb2.ConfigureResponse.FromString(cfg.payload)
+            self.registered.set()
+            sync = self.call("Synchronize", nri_pb2.SynchronizeRequest(pods=self.pods, containers=self.containers))
+            if sync.code == 0:
+                self.ready.set()
+        except (TimeoutError, OSError, AssertionError):
+            return
+
+    def cleanup(self) -> None:
+        self.stop()
+        with contextlib.suppress(OSError):
+            os.rmdir(self.dir)
