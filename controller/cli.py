@@ -12,6 +12,7 @@ from gpushare import log
 app = typer.Typer(no_args_is_help=True, help="gpushare: GPU sharing and over-selling for Kubernetes.")
 app.add_typer(nri.app, name="nri")
 app.add_typer(deviceplugins.app, name="deviceplugins")
+app.command("fake-gpus")(deviceplugins.fake_gpus)
 app.add_typer(kmod.app, name="kmod")
 app.add_typer(metrics.app, name="metrics")
 app.add_typer(config.app, name="config")

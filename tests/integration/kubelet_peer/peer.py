@@ -1,0 +1,244 @@
+"""A kubelet stand-in that speaks the device-plugin protocol over real unix sockets.
+
+It does what kubelet's device manager does (device-plugin-api.md §3–§6), and nothing more:
+
+- serves ``v1beta1.Registration`` on ``<dir>/kubelet.sock``; on ``Register`` it checks the
+  version and the resource name, dials ``<dir>/<endpoint>`` (blocking, 10 s), calls
+  ``GetDevicePluginOptions`` *inside* the Register call, then opens ``ListAndWatch`` in the
+  background and records every full list it receives;
+- a newer registration for a resource replaces the older client (its stream is cancelled);
+- ``allocate`` / ``preferred`` dial the plugin socket like kubelet at admission;
+- ``restart`` is a kubelet restart: the server and every client go away, every *socket* in
+  the directory is deleted (regular files stay), and a fresh ``kubelet.sock`` is served.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from deviceplugins._pb import api_pb2, api_pb2_grpc
+
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+@dataclass
+class Registration:
+    version: str
+    endpoint: str
+    resource_name: str
+    options: api_pb2.DevicePluginOptions  # as sent in RegisterRequest
+    options_rpc: api_pb2.DevicePluginOptions  # as answered by GetDevicePluginOptions
+    at: float
+
+
+@dataclass
+class _Client:
+    registration: Registration
+    channel: grpc.Channel
+    call: Any = None
+    thread: threading.Thread | None = None
+    lists: list[tuple[float, list[tuple[str, str]]]] = field(default_factory=list)
+    ended: bool = False
+
+
+class KubeletPeer:
+    def __init__(self, plugin_dir: str) -> None:
+        self.dir = plugin_dir
+        self.socket = os.path.join(plugin_dir, "kubelet.sock")
+        self.registrations: list[Registration] = []
+        self.refusals: list[str] = []
+        self._clients: dict[str, _Client] = {}
+        self._old: list[_Client] = []
+        self._cond = threading.Condition()
+        self._server: grpc.Server | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._seq = 0
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpushare-kpeer-rpc")
+        server = grpc.server(self._executor)
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port("unix:" + self.socket)
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        """kubelet exits: its server and every client stream end."""
+        if self._server is not None:
+            self._server.stop(None).wait()
+            self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        with self._cond:
+            clients = list(self._clients.values()) + self._old
+            self._clients.clear()
+            self._old.clear()
+        for c in clients:
+            self._close_client(c)
+
+    def restart(self, *, wipe_dir: bool = False) -> None:
+        """kubelet restarts: stop, delete every socket in the directory, serve a new kubelet.sock."""
+        self.stop()
+        if wipe_dir:
+            for name in os.listdir(self.dir):
+                os.unlink(os.path.join(self.dir, name))
+            os.rmdir(self.dir)
+        else:
+            for name in os.listdir(self.dir):
+                path = os.path.join(self.dir, name)
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
+        self.start()
+
+    def _close_client(self, c: _Client) -> None:
+        if c.call is not None:
+            c.call.cancel()
+        if c.thread is not None:
+            c.thread.join(5)
+        c.channel.close()
+
+    # --- what kubelet does on Register --------------------------------------------------
+
+    def _register(self, req: api_pb2.RegisterRequest, context: grpc.ServicerContext) -> api_pb2.Empty:
+        if req.version != "v1beta1":
+            self.refusals.append(f"version {req.version}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {req.version!r}")
+        if not _RESOURCE.match(req.resource_name) or req.resource_name.startswith("kubernetes.io/"):
+            self.refusals.append(f"resource {req.resource_name}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {req.resource_name!r}")
+        channel = grpc.insecure_channel("unix:" + os.path.join(self.dir, req.endpoint))
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            stub = api_pb2_grpc.DevicePluginStub(channel)
+            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+        except (grpc.FutureTimeoutError, grpc.RpcError) as exc:
+            channel.close()
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot dial plugin {req.endpoint}: {exc}")
+        reg = Registration(req.version, req.endpoint, req.resource_name, req.options, options, time.monotonic())
+        client = _Client(reg, channel)
+        with self._cond:
+            self._seq += 1
+            old = self._clients.pop(req.resource_name, None)
+            self._clients[req.resource_name] = client
+            self.registrations.append(reg)
+            self._cond.notify_all()
+        if old is not None:
+            self._close_client(old)
+        client.call = stub.ListAndWatch(api_pb2.Empty())
+        client.thread = threading.Thread(
+            target=self._consume, args=(client,), name=f"gpushare-kpeer-law-{self._seq}", daemon=True
+        )
+        client.thread.start()
+        return api_pb2.Empty()
+
+    def _consume(self, client: _Client) -> None:
+        try:
+            for msg in client.call:
+                with self._cond:
+                    client.lists.append((time.monotonic(), [(d.ID, d.health) for d in msg.devices]))
+                    self._cond.notify_all()
+        except grpc.RpcError:
+            pass  # cancelled by us, or the plugin went away: kubelet marks the resource unhealthy
+        with self._cond:
+            client.ended = True
+            self._cond.notify_all()
+
+    # --- test helpers -------------------------------------------------------------------
+
+    def registered(self, resource: str) -> list[Registration]:
+        with self._cond:
+            return [r for r in self.registrations if r.resource_name == resource]
+
+    def wait_registrations(self, resource: str, count: int, timeout_s: float = 10.0) -> list[Registration]:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: len(self.registered_nolock(resource)) >= count, timeout_s)
+            regs = self.registered_nolock(resource)
+        assert ok, f"{resource}: {len(regs)} registration(s) after {timeout_s}s, expected {count}"
+        return regs
+
+    def registered_nolock(self, resource: str) -> list[Registration]:
+        return [r for r in self.registrations if r.resource_name == resource]
+
+    def devices(self, resource: str) -> list[tuple[str, str]] | None:
+        """The latest list kubelet holds for ``resource`` (None if no list yet)."""
+        with self._cond:
+            c = self._clients.get(resource)
+            return c.lists[-1][1] if c is not None and c.lists else None
+
+    def wait_devices(
+        self, resource: str, predicate: Callable[[list[tuple[str, str]]], bool], timeout_s: float = 5.0
+    ) -> list[tuple[str, str]]:
+        def check() -> bool:
+            c = self._clients.get(resource)
+            return c is not None and bool(c.lists) and predicate(c.lists[-1][1])
+
+        with self._cond:
+            ok = self._cond.wait_for(check, timeout_s)
+            c = self._clients.get(resource)
+            last = c.lists[-1][1] if c is not None and c.lists else None
+        assert ok, f"{resource}: latest list {last} never matched within {timeout_s}s"
+        assert last is not None
+        return last
+
+    def wait_list_count(self, resource: str, count: int, timeout_s: float = 5.0) -> list[float]:
+        """Arrival times of the lists received on the current stream, once there are ``count``."""
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: resource in self._clients and len(self._clients[resource].lists) >= count, timeout_s
+            )
+            assert ok, f"{resource}: fewer than {count} lists within {timeout_s}s"
+            return [t for t, _ in self._clients[resource].lists]
+
+    def end_stream(self, resource: str) -> None:
+        """kubelet drops the plugin's ListAndWatch (e.g. an internal error on its side)."""
+        with self._cond:
+            c = self._clients.pop(resource)
+        self._close_client(c)
+
+    def _stub(self, resource: str) -> tuple[grpc.Channel, Any]:
+        reg = self.registered(resource)[-1]
+        channel = grpc.insecure_channel("unix:" + os.path.join(self.dir, reg.endpoint))
+        return channel, api_pb2_grpc.DevicePluginStub(channel)
+
+    def allocate(self, resource: str, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
+        channel, stub = self._stub(resource)
+        with channel:
+            req = api_pb2.AllocateRequest(container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)])
+            resp = stub.Allocate(req, timeout=5)
+        assert len(resp.container_responses) == 1
+        return resp.container_responses[0]
+
+    def preferred(self, resource: str, available: list[str], must_include: list[str], size: int) -> list[str]:
+        channel, stub = self._stub(resource)
+        with channel:
+            creq = api_pb2.ContainerPreferredAllocationRequest(
+                available_deviceIDs=available, must_include_deviceIDs=must_include, allocation_size=size
+            )
+            resp = stub.GetPreferredAllocation(
+                api_pb2.PreferredAllocationRequest(container_requests=[creq]), timeout=5
+            )
+        return list(resp.container_responses[0].deviceIDs)
+
+
+class _Registration(api_pb2_grpc.RegistrationServicer):
+    def __init__(self, peer: KubeletPeer) -> None:
+        self._peer = peer
+
+    def Register(self, request: api_pb2.RegisterRequest, context: grpc.ServicerContext) -> api_pb2.Empty:  # noqa: N802
+        return self._peer._register(request, context)
