@@ -13,6 +13,8 @@ import pytest
 
 from tests.harness.containerd import VERSIONS, Containerd, ContainerdInstall, InstallMissing, find_install
 from tests.harness.cri import CriClient
+from tests.harness.devices import FakeDevice, make_fake_device
+from tests.harness.plugin_process import PluginProcess
 
 
 def _require_root() -> None:
@@ -40,3 +42,16 @@ def containerd(containerd_install: ContainerdInstall) -> Iterator[Containerd]:
 def cri(containerd: Containerd) -> Iterator[CriClient]:
     with CriClient(containerd.address, cgroup_parent=containerd.cgroup_parent) as client:
         yield client
+
+
+@pytest.fixture
+def fake_gpu() -> Iterator[FakeDevice]:
+    with make_fake_device() as dev:
+        yield dev
+
+
+@pytest.fixture(scope="module")
+def plugin(containerd: Containerd) -> Iterator[PluginProcess]:
+    """`gpushare nri run` on this containerd, without PodResources (cross-pod is refused)."""
+    with PluginProcess.gpushare(containerd.nri_socket) as proc:
+        yield proc

@@ -9,29 +9,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.harness.containerd import Containerd
-from tests.harness.cri import CriClient, CriError, DeviceSpec
-from tests.harness.devices import FakeDevice, make_fake_device
-
-
-@pytest.fixture
-def fake_device() -> Iterator[FakeDevice]:
-    with make_fake_device() as dev:
-        yield dev
-
-
-# Prints the node's type and numbers, opens it read-write (fails unless the device cgroup allows
-# it), then shows the container's device cgroup rules (cgroup v1 here).
-PROBE = [
-    "sh",
-    "-c",
-    "stat -c '%F %t:%T' /dev/fakegpu0 && exec 3<>/dev/fakegpu0 && cat /sys/fs/cgroup/devices/devices.list",
-]
+from tests.harness.cri import CriClient, CriError
+from tests.harness.devices import FakeDevice
+from tests.integration.containerd.common import GPU_ID, Seen, expected_node, probe, run_source
 
 
 def test_pod_and_container_run(cri: CriClient) -> None:
@@ -47,19 +32,13 @@ def test_pod_and_container_run(cri: CriClient) -> None:
     assert pod.id not in cri.list_pod_ids()
 
 
-def test_cri_device_reaches_container(cri: CriClient, fake_device: FakeDevice) -> None:
+def test_cri_device_reaches_container(cri: CriClient, fake_gpu: FakeDevice) -> None:
     pod = cri.run_pod("smoke-dev")
-    with_dev = cri.run_container(
-        pod, "main", devices=[DeviceSpec("/dev/fakegpu0", str(fake_device.path))], envs={"NVIDIA_VISIBLE_DEVICES": "0"}
-    )
+    with_dev = run_source(cri, pod, fake_gpu)
     without = cri.run_container(pod, "other")
-    rule = f"c {fake_device.major}:{fake_device.minor} rw"
-    res = cri.exec_sync(with_dev, PROBE)
-    assert res.exit_code == 0, res
-    assert res.stdout.split("\n")[0] == f"character special file {fake_device.major:x}:{fake_device.minor:x}"
-    assert rule in res.stdout  # containerd added the device cgroup rule, so the open above worked
-    res = cri.exec_sync(without, PROBE)
-    assert res.exit_code != 0 and rule not in res.stdout
+    assert probe(cri, with_dev, fake_gpu) == Seen(expected_node(fake_gpu), True, True, GPU_ID)
+    # 10:229 is not in runc's default allow list: only the CRI device's own cgroup rule opens it.
+    assert probe(cri, without, fake_gpu) == Seen("", False, False, None)
     cri.remove_pod(pod.id)
 
 

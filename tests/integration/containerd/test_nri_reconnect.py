@@ -1,0 +1,30 @@
+"""Issue 2: containerd restarted under the plugin; the plugin reconnects and keeps adjusting pods."""
+
+from __future__ import annotations
+
+from tests.harness.containerd import Containerd
+from tests.harness.cri import CriClient
+from tests.harness.devices import FakeDevice
+from tests.harness.plugin_process import READY_LINE, PluginProcess
+from tests.integration.containerd.common import probe, run_source, same_pod_annotation
+
+
+def test_plugin_reconnects_after_containerd_restart(
+    containerd: Containerd, cri: CriClient, plugin: PluginProcess, fake_gpu: FakeDevice
+) -> None:
+    before = cri.run_pod("before-restart", annotations=same_pod_annotation("dind", "main"))
+    run_source(cri, before, fake_gpu)
+    mark = plugin.mark()
+
+    containerd.restart()
+    plugin.wait_for(READY_LINE, since=mark, timeout_s=30)  # a new registration + Synchronize
+    assert plugin.is_running()
+
+    with CriClient(containerd.address, cgroup_parent=containerd.cgroup_parent) as fresh:
+        pod = fresh.run_pod("after-restart", annotations=same_pod_annotation("dind", "main"))
+        run_source(fresh, pod, fake_gpu)
+        assert probe(fresh, fresh.run_container(pod, "dind"), fake_gpu).cgroup_allows
+        # A source created before the restart is known again from Synchronize.
+        assert probe(fresh, fresh.run_container(before, "dind"), fake_gpu).cgroup_allows
+        fresh.remove_pod(pod.id)
+        fresh.remove_pod(before.id)
