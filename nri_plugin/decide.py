@@ -26,8 +26,9 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gpushare import keys
@@ -97,14 +98,30 @@ def find_instruction(pod: PodInfo, container: ContainerInfo) -> Instruction | No
                 "copied from the pod (design §8)"
             )
     if from_value is not None:
-        return ShadowSource(parse_devices_from(from_value))
+        with _naming(keys.ANNOTATION_DEVICES_FROM, container):
+            return ShadowSource(parse_devices_from(from_value))
     if ids_value is not None:
-        return RealIds(parse_devices_ids(ids_value))
+        with _naming(keys.ANNOTATION_DEVICES_IDS, container):
+            return RealIds(parse_devices_ids(ids_value))
     key = keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + container.name
     if key in pod.annotations:
-        found = parse_same_pod_annotations({key: pod.annotations[key]})
+        with _naming(key, container):
+            found = parse_same_pod_annotations({key: pod.annotations[key]})
         return SamePod(found[container.name].source)
     return None
+
+
+@contextlib.contextmanager
+def _naming(key: str, container: ContainerInfo) -> Iterator[None]:
+    """Make sure a parser's refusal names the annotation (some codec messages only quote the value)."""
+    try:
+        yield
+    except InstructionRefused as exc:
+        text = str(exc)
+        if key in text:
+            raise
+        detail = text.removeprefix("gpushare: ")
+        raise InstructionRefused(f"gpushare: annotation {key} of container {container.name!r}: {detail}") from exc
 
 
 def usable_devices(devices: tuple[Device, ...]) -> tuple[tuple[Device, ...], tuple[str, ...]]:

@@ -94,8 +94,16 @@ class FakeRuntime:
         msg = TTRPC.pack(len(data), sid, mtype, 0) + data
         self.send_raw(MUX.pack(conn_id, len(msg)) + msg)
 
-    def call(self, method: str, msg: object, timeout_s: float = 3.0, *, service: str = PLUGIN, sid: int | None = None,
-             timeout_nano: int = 2_000_000_000) -> Reply:
+    def call(
+        self,
+        method: str,
+        msg: object,
+        timeout_s: float = 3.0,
+        *,
+        service: str = PLUGIN,
+        sid: int | None = None,
+        timeout_nano: int = 2_000_000_000,
+    ) -> Reply:
         with self._cv:
             if sid is None:
                 sid = self._next_sid
@@ -107,6 +115,23 @@ class FakeRuntime:
             if not self._cv.wait_for(lambda: sid in self._replies, timeout_s):
                 raise TimeoutError(f"no reply to {method} (stream {sid})")
             return self._replies.pop(sid)
+
+    def serve_socket(self, conn: socket.socket) -> None:
+        """Pre-connected mode: speak over one end of a socketpair instead of listening."""
+        self._stop.clear()
+
+        def serve() -> None:
+            self.accepts += 1
+            self._conn = conn
+            conn.settimeout(0.1)
+            try:
+                self._read(conn)
+            finally:
+                conn.close()
+                self._conn = None
+
+        self._thread = threading.Thread(target=serve, name="gpushare-test-fakeruntime", daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         assert self._listener is not None

@@ -1,0 +1,344 @@
+"""Table-driven tests of the pure decision code (design §5, §8). No sockets, threads or clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pytest
+
+from gpushare import keys
+from gpushare.codecs import encode_devices_from, encode_devices_ids
+from gpushare.errors import InstructionRefused
+from nri_plugin.decide import (
+    RealIds,
+    SamePod,
+    ShadowSource,
+    decide,
+    find_instruction,
+    usable_devices,
+)
+from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, build_snapshot
+
+VIS = ("NVIDIA_VISIBLE_DEVICES", "FAKE_VISIBLE_DEVICES")
+GPU0 = Device("/dev/nvidia0", "c", 195, 0, 0o666)
+CTL = Device("/dev/nvidiactl", "c", 195, 255, 0o666)
+GPU1 = Device("/dev/nvidia1", "c", 195, 1, 0o666)
+LOOP = Device("/dev/loop0", "b", 7, 0)
+OUTSIDE = Device("/tmp/fakegpu", "c", 1, 3)
+SNEAKY = Device("/dev/../etc/x", "c", 1, 3)
+
+SHADOW = PodInfo("sp", "shadow-a", "gpushare-system", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
+NOT_SHADOW = PodInfo("np", "plain", "gpushare-system")
+OWNER = PodInfo("op", "owner", "team")
+VID0 = "gpushare-system/shadow-a-0"
+VID1 = "gpushare-system/shadow-a-1"
+SHADOW_MAIN = ContainerInfo(
+    "c-shadow",
+    "sp",
+    "main",
+    env=(("NVIDIA_VISIBLE_DEVICES", "GPU-1"),),
+    devices=(GPU0, CTL),
+    annotations={"cdi.k8s.io/nvidia": "nvidia.com/gpu=0", "other": "x"},
+)
+PLAIN_MAIN = ContainerInfo("c-plain", "np", "main", devices=(GPU0,))
+OWNER_MAIN = ContainerInfo("c-owner", "op", "main", env=(("NVIDIA_VISIBLE_DEVICES", "GPU-9"),), devices=(GPU1,))
+
+
+def snapshot(*extra: tuple[PodInfo, ContainerInfo]) -> Snapshot:
+    pods = [SHADOW, NOT_SHADOW, OWNER] + [p for p, _ in extra]
+    ctrs = [SHADOW_MAIN, PLAIN_MAIN, OWNER_MAIN] + [c for _, c in extra]
+    return build_snapshot(pods, ctrs, VIS)
+
+
+def tenant(
+    container_annotations: Mapping[str, str] | None = None,
+    pod_annotations: Mapping[str, str] | None = None,
+    name: str = "app",
+    env: tuple[tuple[str, str], ...] = (),
+) -> tuple[PodInfo, ContainerInfo]:
+    pod = PodInfo("tp", "tenant", "team", annotations=dict(pod_annotations or {}))
+    ctr = ContainerInfo("c-t-" + name, "tp", name, annotations=dict(container_annotations or {}), env=env)
+    return pod, ctr
+
+
+FROM_SHADOW = encode_devices_from("gpushare-system", "shadow-a", [VID0])
+SHARE4 = keys.share_resource(keys.KIND_SHARE, 4)
+
+
+# --- find_instruction -------------------------------------------------------------------------
+
+
+def test_no_annotation_is_no_instruction() -> None:
+    assert find_instruction(*tenant()) is None
+
+
+@pytest.mark.parametrize(
+    ("pod_value", "source"),
+    [("main", "main"), ("_/_/main", "main"), ("  main ", "main")],
+)
+def test_same_pod_forms(pod_value: str, source: str) -> None:
+    pod, ctr = tenant(pod_annotations={keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "app": pod_value})
+    assert find_instruction(pod, ctr) == SamePod(source)
+
+
+def test_pod_annotation_for_another_target_is_ignored_even_if_malformed() -> None:
+    pod, ctr = tenant(pod_annotations={keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "other": "ns/pod/x"})
+    assert find_instruction(pod, ctr) is None
+
+
+@pytest.mark.parametrize(
+    ("container_annotations", "pod_annotations", "needle"),
+    [
+        ({}, {keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "app": "other-ns/pod/main"}, "not a container of this pod"),
+        ({}, {keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "app": "app"}, "names the container itself"),
+        ({keys.ANNOTATION_DEVICES_FROM: "{not json"}, {}, "not valid JSON"),
+        ({keys.ANNOTATION_DEVICES_FROM: "x" * (1 << 20)}, {}, "the limit is"),
+        ({keys.ANNOTATION_DEVICES_IDS: '{"nvidia.com/gpu": []}'}, {}, "non-empty"),
+        ({keys.ANNOTATION_DEVICES_FROM: FROM_SHADOW, keys.ANNOTATION_DEVICES_IDS: "{}"}, {}, "both"),
+        (
+            {keys.ANNOTATION_DEVICES_FROM: FROM_SHADOW},
+            {keys.ANNOTATION_DEVICES_FROM: FROM_SHADOW},
+            "also a pod annotation",
+        ),
+        (
+            {keys.ANNOTATION_DEVICES_IDS: encode_devices_ids({"nvidia.com/gpu": ["GPU-9"]})},
+            {keys.ANNOTATION_DEVICES_IDS: "anything"},
+            "also a pod annotation",
+        ),
+    ],
+)
+def test_malformed_or_untrusted_instruction_is_refused(
+    container_annotations: dict[str, str], pod_annotations: dict[str, str], needle: str
+) -> None:
+    pod, ctr = tenant(container_annotations, pod_annotations)
+    with pytest.raises(InstructionRefused, match=needle) as err:
+        find_instruction(pod, ctr)
+    assert str(err.value).startswith("gpushare:")
+
+
+def test_container_annotation_beats_pod_annotation() -> None:
+    pod, ctr = tenant(
+        {keys.ANNOTATION_DEVICES_FROM: FROM_SHADOW}, {keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "app": "main"}
+    )
+    assert isinstance(find_instruction(pod, ctr), ShadowSource)
+
+
+def test_ids_instruction() -> None:
+    pod, ctr = tenant({keys.ANNOTATION_DEVICES_IDS: encode_devices_ids({"nvidia.com/gpu": ["GPU-9"]})})
+    instr = find_instruction(pod, ctr)
+    assert isinstance(instr, RealIds)
+    assert instr.spec.by_resource == (("nvidia.com/gpu", ("GPU-9",)),)
+
+
+# --- same pod (DinD) --------------------------------------------------------------------------
+
+
+def _same_pod(source_devices: tuple[Device, ...], target_env: tuple[tuple[str, str], ...] = ()) -> tuple:
+    pod = PodInfo("dp", "dind-pod", "team", annotations={keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": "main"})
+    main = ContainerInfo(
+        "c-main",
+        "dp",
+        "main",
+        env=(("NVIDIA_VISIBLE_DEVICES", "0"), ("PATH", "/bin")),
+        devices=source_devices,
+        annotations={"cdi.k8s.io/x": "vendor.com/gpu=0"},
+    )
+    dind = ContainerInfo("c-dind", "dp", "dind", env=target_env)
+    return pod, main, dind
+
+
+def test_same_pod_injects_char_devices_env_and_cdi() -> None:
+    pod, main, dind = _same_pod((GPU0, CTL))
+    d = decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+    assert d.source == "team/dind-pod/main"
+    assert d.adjustment == Bundle(
+        (GPU0, CTL), (("NVIDIA_VISIBLE_DEVICES", "0"),), (("cdi.k8s.io/x", "vendor.com/gpu=0"),)
+    )
+    assert d.skipped == ()
+
+
+def test_same_pod_skips_block_and_outside_devices_but_injects_the_rest() -> None:
+    pod, main, dind = _same_pod((LOOP, GPU0, OUTSIDE, SNEAKY))
+    d = decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+    assert d.adjustment.devices == (GPU0,)
+    assert d.skipped == ("/dev/loop0 (block device)", "/tmp/fakegpu (not under /dev)", "/dev/../etc/x (not under /dev)")
+
+
+@pytest.mark.parametrize(
+    ("devices", "needle"),
+    [
+        ((), "holds no character device under /dev;"),
+        ((LOOP,), r"skipped: /dev/loop0 \(block device\)"),
+        ((OUTSIDE,), r"skipped: /tmp/fakegpu \(not under /dev\)"),
+    ],
+)
+def test_same_pod_source_without_usable_devices_is_refused(devices: tuple[Device, ...], needle: str) -> None:
+    pod, main, dind = _same_pod(devices)
+    with pytest.raises(InstructionRefused, match=needle):
+        decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+
+
+def test_same_pod_source_not_created_yet_is_refused_with_retry_hint() -> None:
+    pod, _, dind = _same_pod((GPU0,))
+    with pytest.raises(InstructionRefused, match=r"not created yet.*kubelet retries"):
+        decide(SamePod("main"), pod, dind, snapshot())
+
+
+def test_same_pod_never_reaches_into_another_pod() -> None:
+    # "main" exists, but in the shadow pod: a pod annotation resolves only inside its own pod.
+    pod, _, dind = _same_pod((GPU0,))
+    with pytest.raises(InstructionRefused, match="not a created container of pod team/dind-pod"):
+        decide(SamePod("main"), pod, dind, snapshot())
+
+
+def test_nothing_already_present_is_added_again_and_nothing_is_removed() -> None:
+    pod, main, dind = _same_pod((GPU0,), target_env=(("NVIDIA_VISIBLE_DEVICES", "0"),))
+    dind = ContainerInfo(dind.id, dind.pod_id, dind.name, env=dind.env, devices=(GPU0,))
+    d = decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+    assert d.adjustment.devices == () and d.adjustment.env == ()
+
+
+def test_conflicting_device_at_same_path_is_refused() -> None:
+    pod, main, dind = _same_pod((GPU0,))
+    dind = ContainerInfo(dind.id, dind.pod_id, dind.name, devices=(Device("/dev/nvidia0", "c", 1, 3),))
+    with pytest.raises(InstructionRefused, match="never replaces"):
+        decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+
+
+# --- cross-pod shadow source ------------------------------------------------------------------
+
+
+def _shadow_instr(ids: list[str] = [VID0], source: str = "shadow-a") -> ShadowSource:  # noqa: B006
+    pod, ctr = tenant({keys.ANNOTATION_DEVICES_FROM: encode_devices_from("gpushare-system", source, ids)})
+    instr = find_instruction(pod, ctr)
+    assert isinstance(instr, ShadowSource)
+    return instr
+
+
+def test_shadow_source_confirmed_by_podresources_is_injected() -> None:
+    pod, ctr = tenant()
+    d = decide(_shadow_instr(), pod, ctr, snapshot(), allocated={SHARE4: frozenset({VID0})})
+    assert d.source == "gpushare-system/shadow-a/main"
+    assert d.adjustment.devices == (GPU0, CTL)
+    assert d.adjustment.env == (("NVIDIA_VISIBLE_DEVICES", "GPU-1"),)
+    assert d.adjustment.annotations == (("cdi.k8s.io/nvidia", "nvidia.com/gpu=0"),)
+
+
+@pytest.mark.parametrize(
+    ("instr_ids", "source", "allocated", "needle"),
+    [
+        ([VID0], "shadow-a", None, "no PodResources API is configured"),
+        ([VID0], "shadow-a", {}, "does not confirm"),
+        ([VID0], "shadow-a", {SHARE4: frozenset({VID1})}, "does not confirm"),
+        ([VID0], "shadow-a", {SHARE4: frozenset({VID0, VID1})}, "holds exactly"),
+        ([VID0], "shadow-a", {"nvidia.com/gpu": frozenset({VID0})}, "does not confirm"),
+        (["gpushare-system/plain-0"], "plain", {SHARE4: frozenset({"gpushare-system/plain-0"})}, "not labelled"),
+        (["gpushare-system/gone-0"], "gone", {SHARE4: frozenset({"gpushare-system/gone-0"})}, "not known on this node"),
+    ],
+)
+def test_shadow_source_refusals(
+    instr_ids: list[str], source: str, allocated: dict[str, frozenset[str]] | None, needle: str
+) -> None:
+    pod, ctr = tenant()
+    with pytest.raises(InstructionRefused, match=needle):
+        decide(_shadow_instr(instr_ids, source), pod, ctr, snapshot(), allocated=allocated)
+
+
+def test_shadow_pod_or_container_not_created_yet_is_retryable() -> None:
+    pod, ctr = tenant()
+    allocated = {SHARE4: frozenset({VID0})}
+    with pytest.raises(InstructionRefused, match=r"not known on this node.*kubelet retries"):
+        decide(_shadow_instr(), pod, ctr, Snapshot(), allocated=allocated)
+    # The pod is known (Synchronize, or another of its containers) but "main" is not created yet.
+    snap = build_snapshot([SHADOW], [ContainerInfo("x", "sp", "sidecar", devices=(GPU0,))], VIS)
+    with pytest.raises(InstructionRefused, match=r'container "main" .* not created yet'):
+        decide(_shadow_instr(), pod, ctr, snap, allocated=allocated)
+
+
+# --- real IDs (spot) --------------------------------------------------------------------------
+
+
+def _ids_instr(ids: dict[str, list[str]]) -> RealIds:
+    pod, ctr = tenant({keys.ANNOTATION_DEVICES_IDS: encode_devices_ids(ids)})
+    instr = find_instruction(pod, ctr)
+    assert isinstance(instr, RealIds)
+    return instr
+
+
+def test_real_ids_take_the_bundle_of_the_container_holding_exactly_those_ids() -> None:
+    pod, ctr = tenant()
+    d = decide(
+        _ids_instr({"nvidia.com/gpu": ["GPU-9"]}),
+        pod,
+        ctr,
+        snapshot(),
+        allocated={keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-9"})},
+    )
+    assert d.source == "team/owner/main"
+    assert d.adjustment.devices == (GPU1,)
+    assert d.adjustment.env == (("NVIDIA_VISIBLE_DEVICES", "GPU-9"),)
+
+
+@pytest.mark.parametrize(
+    ("ids", "allocated", "needle"),
+    [
+        ({"nvidia.com/gpu": ["GPU-9"]}, None, "no PodResources"),
+        ({"nvidia.com/gpu": ["GPU-9"]}, {}, "does not confirm"),
+        ({"nvidia.com/gpu": ["GPU-9"]}, {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-8"})}, "does not confirm"),
+        (
+            {"nvidia.com/gpu": ["GPU-7"]},
+            {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-7"})},
+            "no container on this node",
+        ),
+    ],
+)
+def test_real_ids_refusals(ids: dict[str, list[str]], allocated: dict[str, frozenset[str]] | None, needle: str) -> None:
+    pod, ctr = tenant()
+    with pytest.raises(InstructionRefused, match=needle):
+        decide(_ids_instr(ids), pod, ctr, snapshot(), allocated=allocated)
+
+
+def test_real_ids_from_resolver_when_no_holder_is_known() -> None:
+    pod, ctr = tenant()
+    d = decide(
+        _ids_instr({"nvidia.com/gpu": ["GPU-7"]}),
+        pod,
+        ctr,
+        snapshot(),
+        allocated={keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-7"})},
+        resolved={"nvidia.com/gpu": Bundle((GPU1, LOOP), (("NVIDIA_VISIBLE_DEVICES", "GPU-7"),))},
+    )
+    assert d.source == "resolver:nvidia.com/gpu"
+    assert d.adjustment.devices == (GPU1,)
+    assert d.skipped == ("/dev/loop0 (block device)",)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device", "ok"),
+    [
+        (GPU0, True),
+        (Device("/dev/dri/card0", "c", 226, 0), True),
+        (LOOP, False),
+        (OUTSIDE, False),
+        (SNEAKY, False),
+        (Device("/dev/", "c", 1, 1), False),
+        (Device("/dev//x", "c", 1, 1), False),
+        (Device("/dev/x", "p", 0, 0), False),
+        (Device("/dev/x", "c", -1, 0), False),
+    ],
+)
+def test_usable_devices(device: Device, ok: bool) -> None:
+    keep, skipped = usable_devices((device,))
+    assert (keep == (device,)) is ok
+    assert (len(skipped) == 1) is (not ok)
+
+
+def test_refusal_message_names_the_annotation() -> None:
+    pod, ctr = tenant({keys.ANNOTATION_DEVICES_FROM: json.dumps({"a/b/c": {"*": ["x"]}})})
+    with pytest.raises(InstructionRefused) as err:
+        find_instruction(pod, ctr)
+    assert keys.ANNOTATION_DEVICES_FROM in str(err.value)
