@@ -1,0 +1,522 @@
+"""What the controller knows about pods, as frozen values built from plain pod dicts.
+
+The I/O layer hands in pods exactly as the kubernetes client returns them: either
+``V1Pod.to_dict()`` (snake_case keys) or the raw API JSON (camelCase keys, from a watch
+with ``_preload_content=False``). Both spellings are read, so neither side converts.
+
+    parse_pod(dict) -> PodFacts                 facts common to every pod
+    ShadowPod / SharePod / SpotPod              the design's roles (design §3, §6)
+    Owner                                       a container holding a real GPU (design §6)
+    PodResourcesEntry                           one kubelet PodResources row (device-plugin-api Appendix)
+    Snapshot / build_snapshot                   everything one reconcile pass decides from
+
+A pod that cannot be read is not an error of the whole pass: ``build_snapshot`` skips it
+and lists the problem (the loop logs it), so one odd object never stops reconciling.
+Pure module: stdlib and ``gpushare`` only (style.md §2.2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.errors import InvalidObject
+from gpushare import keys
+from gpushare.config import Config
+
+PodKey = str  # "<namespace>/<name>"
+
+PHASE_PENDING = "Pending"
+PHASE_RUNNING = "Running"
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _get(d: Mapping[str, Any] | None, snake: str, camel: str | None = None) -> Any:
+    """Read a field under its to_dict() (snake_case) or API (camelCase) spelling."""
+    if not d:
+        return None
+    value = d.get(snake)
+    if value is None and camel is not None:
+        value = d.get(camel)
+    return value
+
+
+def _str_map(value: object, where: str, pod: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidObject(f"gpushare: pod {pod}: {where} must map strings to strings, got {value!r:.120}")
+    return dict(value)
+
+
+def _quantity(value: object, resource: str, pod: str) -> int:
+    """Extended resources are integers (device-plugin-api §9); anything else is refused."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    else:
+        raise InvalidObject(f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is not a whole number")
+    return number
+
+
+@dataclass(frozen=True, order=True)
+class PodRef:
+    """A pod by name and uid; the uid tells a re-created pod of the same name apart."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> PodKey:
+        return f"{self.namespace}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    name: str
+    # Extended-resource requests of this container (limits when requests are absent:
+    # the API defaults requests to limits for extended resources).
+    resources: tuple[tuple[str, int], ...]
+    container_id: str  # runtime ID without the "containerd://" scheme; "" before it starts
+
+    def quantity(self, resource: str) -> int:
+        return sum(q for r, q in self.resources if r == resource)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    ref: PodRef
+    node_name: str  # "" while unscheduled
+    phase: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    node_selector: tuple[tuple[str, str], ...]
+    containers: tuple[ContainerFacts, ...]  # app containers, then init containers
+    is_terminating: bool  # deletionTimestamp set: the API accepted a delete
+    is_gated: bool  # schedulingGates present: the scheduler will not try it yet
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.phase in _TERMINAL_PHASES
+
+    @property
+    def is_alive(self) -> bool:
+        """Neither finished nor being deleted."""
+        return not self.is_terminal and not self.is_terminating
+
+    @property
+    def is_unscheduled(self) -> bool:
+        return not self.node_name and self.phase == PHASE_PENDING
+
+    def quantity(self, resource: str) -> int:
+        return sum(c.quantity(resource) for c in self.containers)
+
+    def resources(self) -> set[str]:
+        return {r for c in self.containers for r, _ in c.resources}
+
+
+def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) -> tuple[ContainerFacts, ...]:
+    ids: dict[str, str] = {}
+    for field_snake, field_camel in (
+        ("container_statuses", "containerStatuses"),
+        ("init_container_statuses", "initContainerStatuses"),
+    ):
+        for st in _get(status, field_snake, field_camel) or []:
+            cid = _get(st, "container_id", "containerID") or ""
+            name = _get(st, "name")
+            if isinstance(name, str) and isinstance(cid, str):
+                ids[name] = cid.split("://", 1)[-1]
+    out: list[ContainerFacts] = []
+    for field_snake, field_camel in (("containers", "containers"), ("init_containers", "initContainers")):
+        for c in _get(spec, field_snake, field_camel) or []:
+            name = _get(c, "name")
+            if not isinstance(name, str) or not name:
+                raise InvalidObject(f"gpushare: pod {pod}: a container has no name")
+            res = _get(c, "resources") or {}
+            requests = _str_map_any(_get(res, "requests"), pod)
+            limits = _str_map_any(_get(res, "limits"), pod)
+            merged = {**limits, **requests}
+            wanted = tuple(
+                sorted((r, _quantity(q, r, pod)) for r, q in merged.items() if r.startswith(keys.RESOURCE_PREFIX))
+            ) + tuple(sorted((r, _quantity(q, r, pod)) for r, q in merged.items() if _is_vendor_resource(r)))
+            out.append(ContainerFacts(name=name, resources=wanted, container_id=ids.get(name, "")))
+    return tuple(out)
+
+
+def _str_map_any(value: object, pod: str) -> dict[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidObject(f"gpushare: pod {pod}: container resources must be a mapping, got {value!r:.80}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _is_vendor_resource(name: str) -> bool:
+    # cpu, memory, ephemeral-storage and hugepages-* carry no slash; kubernetes.io/* are not devices.
+    return "/" in name and not name.startswith(keys.RESOURCE_PREFIX) and "kubernetes.io/" not in name
+
+
+def parse_pod(pod: Mapping[str, Any]) -> PodFacts:
+    """Read the facts every role needs; raise ``InvalidObject`` naming the pod and field."""
+    if not isinstance(pod, Mapping):
+        raise InvalidObject(f"gpushare: expected a pod object, got {type(pod).__name__}")
+    meta = _get(pod, "metadata") or {}
+    spec = _get(pod, "spec") or {}
+    status = _get(pod, "status") or {}
+    namespace, name, uid = _get(meta, "namespace"), _get(meta, "name"), _get(meta, "uid")
+    if not all(isinstance(v, str) and v for v in (namespace, name, uid)):
+        raise InvalidObject(f"gpushare: a pod lacks metadata.namespace, name or uid: {dict(meta)!r:.160}")
+    ref = PodRef(namespace, name, uid)
+    node_name = _get(spec, "node_name", "nodeName") or ""
+    phase = _get(status, "phase") or PHASE_PENDING
+    if not isinstance(node_name, str) or not isinstance(phase, str):
+        raise InvalidObject(f"gpushare: pod {ref}: spec.nodeName and status.phase must be strings")
+    selector = _str_map(_get(spec, "node_selector", "nodeSelector"), "spec.nodeSelector", ref.key)
+    return PodFacts(
+        ref=ref,
+        node_name=node_name,
+        phase=phase,
+        labels=_str_map(_get(meta, "labels"), "metadata.labels", ref.key),
+        annotations=_str_map(_get(meta, "annotations"), "metadata.annotations", ref.key),
+        node_selector=tuple(sorted(selector.items())),
+        containers=_containers(spec, status, ref.key),
+        is_terminating=_get(meta, "deletion_timestamp", "deletionTimestamp") is not None,
+        is_gated=bool(_get(spec, "scheduling_gates", "schedulingGates")),
+    )
+
+
+@dataclass(frozen=True, order=True)
+class Pool:
+    """Where a shadow's GPU comes from: a real resource, refined by a node-selector label set.
+
+    A sharer's pool is the real resource named by its ``pool-resource`` annotation (default:
+    the first of ``realResources``) plus its own nodeSelector; a shadow's pool is the real
+    resource it requests plus its nodeSelector. A shadow created for a pool carries that
+    nodeSelector, so its sharers can follow it to the same nodes (docs/controller.md).
+    """
+
+    resource: str
+    node_selector: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        if not self.node_selector:
+            return self.resource
+        return self.resource + "{" + ",".join(f"{k}={v}" for k, v in self.node_selector) + "}"
+
+
+@dataclass(frozen=True, order=True)
+class ShareKey:
+    """The unit of shadow demand: pool x kind x N (design §3)."""
+
+    pool: Pool
+    kind: str
+    spec: int
+
+    @property
+    def resource(self) -> str:
+        return keys.share_resource(self.kind, self.spec)
+
+    def __str__(self) -> str:
+        return f"{self.pool}/{self.resource}"
+
+
+def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
+    """(kind, N, quantity) of the one share resource a pod asks for, or None."""
+    found: dict[tuple[str, int], int] = {}
+    for c in facts.containers:
+        for resource, qty in c.resources:
+            parsed = keys.parse_share_resource(resource)
+            if parsed is not None and qty > 0:
+                found[parsed] = found.get(parsed, 0) + qty
+    if not found:
+        return None
+    if len(found) > 1:
+        names = sorted(keys.share_resource(k, n) for k, n in found)
+        raise InvalidObject(
+            f"gpushare: pod {facts.ref} asks for several share resources {names}; a sharer uses exactly one share spec"
+        )
+    ((kind, spec), qty) = next(iter(found.items()))
+    return kind, spec, qty
+
+
+@dataclass(frozen=True)
+class ShadowPod:
+    """A platform pod holding one real GPU for up to N sharers (design §3)."""
+
+    facts: PodFacts
+    key: ShareKey
+    users: Mapping[str, tuple[str, ...]]  # from ANNOTATION_SHADOW_USERS: "<ns>/<pod>/<container>" -> virtual IDs
+
+    @property
+    def ref(self) -> PodRef:
+        return self.facts.ref
+
+    @property
+    def node_name(self) -> str:
+        return self.facts.node_name
+
+    @property
+    def is_running(self) -> bool:
+        """Holds its GPU now: Running on a node and not being deleted."""
+        return self.facts.phase == PHASE_RUNNING and self.facts.is_alive and bool(self.facts.node_name)
+
+    @property
+    def used_slots(self) -> int:
+        return len({vid for ids in self.users.values() for vid in ids})
+
+    @classmethod
+    def from_facts(cls, facts: PodFacts) -> ShadowPod:
+        where = f"gpushare: shadow {facts.ref}"
+        kind = facts.labels.get(keys.LABEL_SHARE_KIND, "")
+        spec_text = facts.labels.get(keys.LABEL_SHARE_SPEC, "")
+        if kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV) or not spec_text.isdigit() or int(spec_text) < 1:
+            raise InvalidObject(
+                f"{where} has share-kind {kind!r} and share-spec {spec_text!r}; both labels are required (design §3)"
+            )
+        real = sorted(r for r in facts.resources() if _is_vendor_resource(r))
+        if len(real) != 1:
+            raise InvalidObject(f"{where} requests real resources {real}; a shadow requests exactly one real GPU")
+        return cls(
+            facts=facts,
+            key=ShareKey(Pool(real[0], facts.node_selector), kind, int(spec_text)),
+            users=parse_users_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_USERS)),
+        )
+
+
+@dataclass(frozen=True)
+class SharePod:
+    """A tenant pod asking for ``gpushare/share-*`` slots."""
+
+    facts: PodFacts
+    key: ShareKey
+    quantity: int  # slots asked for, all containers together
+    owner_shadows: Mapping[str, str]  # from ANNOTATION_SHADOW_OWNER: "<ns>/<shadow>" -> shadow uid
+
+    @property
+    def ref(self) -> PodRef:
+        return self.facts.ref
+
+    @property
+    def node_name(self) -> str:
+        return self.facts.node_name
+
+    @property
+    def is_pending(self) -> bool:
+        """Waiting for a slot: unscheduled, not gated, not being deleted (docs/controller.md)."""
+        return self.facts.is_unscheduled and not self.facts.is_gated and not self.facts.is_terminating
+
+    @property
+    def holds_slots(self) -> bool:
+        """Bound to a node and not finished: the scheduler counts its request there."""
+        return bool(self.facts.node_name) and not self.facts.is_terminal
+
+    @classmethod
+    def from_facts(cls, facts: PodFacts, default_pool_resource: str) -> SharePod | None:
+        request = _share_request(facts)
+        if request is None:
+            return None
+        kind, spec, qty = request
+        resource = facts.annotations.get(keys.ANNOTATION_POOL_RESOURCE, default_pool_resource)
+        return cls(
+            facts=facts,
+            key=ShareKey(Pool(resource, facts.node_selector), kind, spec),
+            quantity=qty,
+            owner_shadows=parse_owner_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_OWNER)),
+        )
+
+
+@dataclass(frozen=True)
+class SpotPod:
+    """A pod asking for ``gpushare/spot-gpu``: a borrower once admitted (design §6)."""
+
+    facts: PodFacts
+
+    @property
+    def ref(self) -> PodRef:
+        return self.facts.ref
+
+    @property
+    def container_ids(self) -> tuple[str, ...]:
+        return tuple(c.container_id for c in self.facts.containers if c.container_id)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A container holding real GPUs (from PodResources), and whether it lends them (design §6)."""
+
+    ref: PodRef
+    container: str
+    resource: str
+    real_ids: tuple[str, ...]
+    is_lendable: bool
+    is_running: bool
+    pidns: int | None  # pid-namespace inode of the container's first process; None if unknown
+
+    @property
+    def container_key(self) -> str:
+        return f"{self.ref.key}/{self.container}"
+
+
+@dataclass(frozen=True)
+class PodResourcesEntry:
+    """One container's devices of one resource, as kubelet's PodResources ``List`` reports them."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+    @property
+    def pod_key(self) -> PodKey:
+        return f"{self.namespace}/{self.pod}"
+
+
+def parse_users_annotation(value: str | None) -> dict[str, tuple[str, ...]]:
+    """``{"ns/pod/container": ["vid", ...]}``; a malformed record reads as empty (it is rebuilt)."""
+    doc = _load_json_object(value)
+    out: dict[str, tuple[str, ...]] = {}
+    for user, ids in doc.items():
+        if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+            out[user] = tuple(sorted(ids))
+    return out
+
+
+def parse_owner_annotation(value: str | None) -> dict[str, str]:
+    doc = _load_json_object(value)
+    return {k: v for k, v in doc.items() if isinstance(v, str)}
+
+
+def _load_json_object(value: str | None) -> dict[str, Any]:
+    # These annotations are our own records, rewritten every pass from PodResources; a
+    # damaged one must not stop anything, so it reads as "no record" and gets rewritten.
+    if not value:
+        return {}
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def encode_users_annotation(users: Mapping[str, Iterable[str]]) -> str:
+    return json.dumps({u: sorted(ids) for u, ids in users.items()}, sort_keys=True, separators=(",", ":"))
+
+
+def encode_owner_annotation(shadows: Mapping[str, str]) -> str:
+    return json.dumps(dict(shadows), sort_keys=True, separators=(",", ":"))
+
+
+def is_shadow(facts: PodFacts) -> bool:
+    return facts.ref.namespace == keys.SHADOW_NAMESPACE and facts.labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one reconcile pass decides from. Built by the loop from its caches.
+
+    ``shadow_list_fresh`` and ``deleted_shadows`` say how far the shadow list can be
+    trusted for *absence*: a shadow missing from the cache counts as gone only when the
+    cache was filled by a full LIST since the last pass, or a watch reported its deletion.
+    """
+
+    node_name: str
+    pods: Mapping[PodKey, PodFacts]
+    shadows: tuple[ShadowPod, ...]
+    sharers: tuple[SharePod, ...]
+    spot_pods: tuple[SpotPod, ...]
+    pod_resources: tuple[PodResourcesEntry, ...] = ()
+    # Real resource -> real IDs this node's kubelet can allocate (GetAllocatableResources).
+    allocatable: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    lendable_namespaces: frozenset[str] = frozenset()
+    # Runtime container ID -> pid-namespace inode of its first process (read from /proc).
+    pidns_by_container: Mapping[str, int] = field(default_factory=dict)
+    shadow_list_fresh: bool = False
+    # Shadows a watch reported DELETED; the loop keeps them until its next full LIST.
+    deleted_shadows: frozenset[PodRef] = frozenset()
+    problems: tuple[str, ...] = ()
+
+    def shadows_on(self, node: str) -> list[ShadowPod]:
+        return [s for s in self.shadows if s.node_name == node]
+
+    def sharers_on(self, node: str) -> list[SharePod]:
+        return [s for s in self.sharers if s.node_name == node]
+
+
+def build_snapshot(
+    pods: Iterable[Mapping[str, Any]],
+    cfg: Config,
+    *,
+    pod_resources: Iterable[PodResourcesEntry] = (),
+    allocatable: Mapping[str, Iterable[str]] | None = None,
+    lendable_namespaces: Iterable[str] = (),
+    pidns_by_container: Mapping[str, int] | None = None,
+    shadow_list_fresh: bool = False,
+    deleted_shadows: Iterable[PodRef] = (),
+) -> Snapshot:
+    """Classify every pod once; a pod that cannot be read is skipped and listed in ``problems``."""
+    default_pool = cfg.real_resources[0]
+    by_key: dict[PodKey, PodFacts] = {}
+    shadows: list[ShadowPod] = []
+    sharers: list[SharePod] = []
+    spot: list[SpotPod] = []
+    problems: list[str] = []
+    for raw in pods:
+        try:
+            facts = parse_pod(raw)
+            if is_shadow(facts):
+                shadows.append(ShadowPod.from_facts(facts))
+            else:
+                sharer = SharePod.from_facts(facts, default_pool)
+                if sharer is not None:
+                    sharers.append(sharer)
+                elif facts.quantity(keys.RESOURCE_SPOT_GPU) > 0:
+                    spot.append(SpotPod(facts))
+        except InvalidObject as exc:
+            problems.append(str(exc))
+            continue
+        by_key[facts.ref.key] = facts
+    return Snapshot(
+        node_name=cfg.node_name,
+        pods=by_key,
+        shadows=tuple(sorted(shadows, key=lambda s: s.ref)),
+        sharers=tuple(sorted(sharers, key=lambda s: s.ref)),
+        spot_pods=tuple(sorted(spot, key=lambda s: s.ref)),
+        pod_resources=tuple(pod_resources),
+        allocatable={r: tuple(ids) for r, ids in (allocatable or {}).items()},
+        lendable_namespaces=frozenset(lendable_namespaces),
+        pidns_by_container=dict(pidns_by_container or {}),
+        shadow_list_fresh=shadow_list_fresh,
+        deleted_shadows=frozenset(deleted_shadows),
+        problems=tuple(problems),
+    )
+
+
+__all__ = [
+    "ContainerFacts",
+    "Owner",
+    "PodFacts",
+    "PodKey",
+    "PodRef",
+    "PodResourcesEntry",
+    "Pool",
+    "ShadowPod",
+    "ShareKey",
+    "SharePod",
+    "Snapshot",
+    "SpotPod",
+    "build_snapshot",
+    "encode_owner_annotation",
+    "encode_users_annotation",
+    "is_shadow",
+    "parse_owner_annotation",
+    "parse_pod",
+    "parse_users_annotation",
+]
