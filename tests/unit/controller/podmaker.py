@@ -41,7 +41,10 @@ def pod(
         {"name": c, ("containerID" if camel else "container_id"): f"containerd://{cid}"}
         for c, cid in (container_ids or {}).items()
     ]
-    k = (lambda camel_name, snake: camel_name) if camel else (lambda camel_name, snake: snake)
+
+    def k(camel_name: str, snake: str) -> str:
+        return camel_name if camel else snake
+
     return {
         "metadata": {
             "name": name,

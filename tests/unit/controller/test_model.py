@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controller.errors import InvalidObject
@@ -19,7 +21,7 @@ from tests.unit.controller.podmaker import NODE, pod, shadow, sharer, snap
 
 
 def test_to_dict_and_api_json_spellings_read_the_same() -> None:
-    args = {
+    args: dict[str, Any] = {
         "node": NODE,
         "phase": "Running",
         "selector": {"zone": "a"},
