@@ -83,17 +83,17 @@ def synthetic_cluster(nodes: int, total_pods: int, seed: int = 7) -> tuple[list[
                     )  # fmt: skip
                     rows[node].append(PodResourcesEntry("tenant", sname, "app", keys.share_resource(kind, n), (vid,)))
                 labels = {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: str(n), keys.LABEL_SHARE_KIND: kind}
-                ann = {keys.ANNOTATION_SHADOW_USERS: encode_users_annotation(users)} if users else None
+                record = {keys.ANNOTATION_SHADOW_USERS: encode_users_annotation(users)} if users else None
                 pods.append(
                     _pod(name, keys.SHADOW_NAMESPACE, node, "Running", {"nvidia.com/gpu": 1}, labels=labels,
-                         annotations=ann)
+                         annotations=record)
                 )  # fmt: skip
                 rows[node].append(PodResourcesEntry(keys.SHADOW_NAMESPACE, name, "main", "nvidia.com/gpu", (gpu,)))
                 pods.extend(sharers)
             else:  # the rest are owners, half of them lendable, some lent out
                 owner = f"owner-{node}-{g}"
-                labels = {keys.LABEL_LENDABLE: "true"} if g % 2 else None
-                pods.append(_pod(owner, "team", node, "Running", {"nvidia.com/gpu": 1}, labels=labels))
+                lendable = {keys.LABEL_LENDABLE: "true"} if g % 2 else None
+                pods.append(_pod(owner, "team", node, "Running", {"nvidia.com/gpu": 1}, labels=lendable))
                 rows[node].append(PodResourcesEntry("team", owner, "app", "nvidia.com/gpu", (gpu,)))
                 if g == 5:
                     spot = f"spot-{node}-{g}"
