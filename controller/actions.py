@@ -9,7 +9,7 @@ and logs one line per action from ``log_fields()`` (style.md §2.5).
     Evict(ref, reason, message)                delete a pod and record a Warning Event
     KillContainers(ref, container_ids, reason) SIGKILL every process of those containers now
     SetDevices(resource, ids)                  the full device list of one share plugin
-    SetSpotHealth(device_id, is_healthy, reason)
+    SetSpotHealth(real_id, is_healthy, reason) health of spot-<real_id>
     KmodCommand(op, pidns)                     add / delete / detect / undetect / release
     AnnotatePod(ref, key, value)               write (or remove, value None) one annotation
     RecordEvent(ref, reason, message, type)    a Kubernetes Event with no other effect
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from controller.model import PodRef, ShareKey
+from gpushare import keys
 
 # Eviction and event reasons: CamelCase as Kubernetes Events spell them; also the
 # `reason` label of gpushare_evictions_total.
@@ -93,9 +94,15 @@ class SetDevices:
 
 @dataclass(frozen=True)
 class SetSpotHealth:
-    device_id: str  # "spot-<realID>"
+    """Health of ``spot-<real_id>`` (``PluginManager.set_spot_health(real_id, healthy)``)."""
+
+    real_id: str
     is_healthy: bool
     reason: str
+
+    @property
+    def device_id(self) -> str:
+        return keys.SPOT_DEVICE_PREFIX + self.real_id
 
     def log_fields(self) -> dict[str, Any]:
         return {"decision": "spot-health", "device": self.device_id, "healthy": self.is_healthy, "reason": self.reason}

@@ -110,6 +110,11 @@ class SpotPlan:
     # Real ID -> when its owner last came back; store it (state.py) and pass it back.
     back_at: Mapping[str, float]
 
+    @property
+    def lent_real_ids(self) -> tuple[str, ...]:
+        """GPUs lent out now (``PluginManager.set_spot_lent``: prefer idle devices over lent ones)."""
+        return tuple(g.real_id for g in self.gpus if g.state == SpotState.STOLEN)
+
 
 def owners_from(snapshot: Snapshot, mapping: MappingCache, real_resources: Iterable[str]) -> tuple[Owner, ...]:
     """Every non-shadow container holding real GPUs on this node, with its lendable flag and pidns."""
@@ -221,7 +226,7 @@ def plan_spot(
     ) -> None:
         # Unhealthy first (no new borrower), then kill through cgroups (not waiting on the
         # API), then delete the pods with the reason; still-terminating pods are killed again.
-        urgent.extend(SetSpotHealth(keys.SPOT_DEVICE_PREFIX + rid, False, reason) for rid in rids)
+        urgent.extend(SetSpotHealth(rid, False, reason) for rid in rids)
         urgent.extend(KillContainers(p.ref, p.container_ids, reason) for p in pods if p.container_ids)
         urgent.extend(Evict(p.ref, reason, message) for p in pods if not p.facts.is_terminating)
         for rid in rids:
@@ -313,11 +318,10 @@ def plan_spot(
             gpus[rid] = GpuSpot(rid, SpotState.BUSY, "", tuple(p.ref.key for p in pods), why)
 
     actions: list[Action] = list(urgent)
-    already_unhealthy = {a.device_id for a in urgent if isinstance(a, SetSpotHealth)}
+    already_unhealthy = {a.real_id for a in urgent if isinstance(a, SetSpotHealth)}
     for rid in real_ids:
-        device = keys.SPOT_DEVICE_PREFIX + rid
-        if rid not in healthy and device not in already_unhealthy:
-            actions.append(SetSpotHealth(device, False, gpus[rid].reason))
+        if rid not in healthy and rid not in already_unhealthy:
+            actions.append(SetSpotHealth(rid, False, gpus[rid].reason))
     if kmod.available:
         detecting = kmod.detecting - undetected_now
         # Notices nobody is waiting on (a stale watch, an owner not lent out): release at once.
@@ -329,7 +333,7 @@ def plan_spot(
         actions += [KmodCommand("add", p) for p in sorted((add_pidns | detect_pidns) - kmod.added)]
         actions += [KmodCommand("detect", p) for p in sorted(detect_pidns - detecting)]
     for rid in sorted(healthy):
-        actions.append(SetSpotHealth(keys.SPOT_DEVICE_PREFIX + rid, True, gpus[rid].reason))
+        actions.append(SetSpotHealth(rid, True, gpus[rid].reason))
     return SpotPlan(tuple(actions), tuple(gpus[rid] for rid in sorted(gpus)), new_back_at)
 
 

@@ -38,7 +38,7 @@ KEY = ShareKey(Pool("nvidia.com/gpu"), "share", 4)
             SetDevices("gpushare/share-gpu-2", ("x-0", "x-1")),
             "decision=set-devices resource=gpushare/share-gpu-2 devices=2",
         ),
-        (SetSpotHealth("spot-G", True, "idle"), "decision=spot-health device=spot-G healthy=True reason=idle"),
+        (SetSpotHealth("G", True, "idle"), "decision=spot-health device=spot-G healthy=True reason=idle"),
         (KmodCommand("release", 7), "decision=kmod-release pidns=7"),
         (AnnotatePod(REF, "k", None), "decision=annotate pod=ns/p key=k"),
         (RecordEvent(REF, "R", "m", "Warning"), "decision=event pod=ns/p reason=R"),

@@ -154,7 +154,7 @@ def test_away_after_the_window_kernel_watches_before_the_device_turns_healthy() 
     assert health(plan)["spot-GPU-1"] is False  # no owner: nothing to lend
     ops = list(plan.actions)
     detect = ops.index(KmodCommand("detect", PIDNS))
-    assert ops.index(KmodCommand("add", PIDNS)) < detect < ops.index(SetSpotHealth("spot-GPU-0", True, "idle for 600s"))
+    assert ops.index(KmodCommand("add", PIDNS)) < detect < ops.index(SetSpotHealth("GPU-0", True, "idle for 600s"))
 
 
 @pytest.mark.parametrize(
@@ -200,13 +200,14 @@ def test_stolen_keeps_lending_and_evicts_nobody() -> None:
     assert state(plan) == SpotState.STOLEN and evictions(plan) == []
     assert kmod_ops(plan) == []  # already added and detecting
     assert plan.gpus[0].borrowers == ("spot/job",)
+    assert plan.lent_real_ids == ("GPU-0",)  # the spot plugin's preference hint
 
 
 def test_back_by_kernel_notice_runs_the_return_sequence_in_order() -> None:
     plan = run(world(borrower=True), idle(), notices=(PIDNS,), kmod=LENT)
     assert state(plan) == SpotState.BACK
     assert list(plan.actions[:5]) == [
-        SetSpotHealth("spot-GPU-0", False, REASON_OWNER_BACK),
+        SetSpotHealth("GPU-0", False, REASON_OWNER_BACK),
         KillContainers(JOB, ("c-job", "c-side"), REASON_OWNER_BACK),
         Evict(JOB, REASON_OWNER_BACK, plan.actions[2].message),  # type: ignore[union-attr]
         KmodCommand("release", PIDNS),
@@ -275,7 +276,7 @@ def test_terminating_borrower_is_killed_but_not_deleted_twice() -> None:
 def test_borrower_loses_a_gpu_nobody_lends(kw: dict[str, Any], reason: str) -> None:
     plan = run(world(borrower=True, **kw), idle(), kmod=LENT)
     assert evictions(plan) == [("spot/job", reason)]
-    assert plan.actions[0] == SetSpotHealth("spot-GPU-0", False, reason)
+    assert plan.actions[0] == SetSpotHealth("GPU-0", False, reason)
     assert ("undetect", PIDNS) in kmod_ops(plan) and ("delete", PIDNS) in kmod_ops(plan)
 
 
