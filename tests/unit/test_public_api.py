@@ -8,6 +8,21 @@ import pytest
 
 EXPECTED = {
     "gpushare": ["ConfigError", "GpushareError", "InstructionRefused"],
+    "nri_plugin": [
+        "AllocationOracle",
+        "BundleCache",
+        "ConnectionClosed",
+        "DeadlineExceeded",
+        "DeviceResolver",
+        "Injector",
+        "NriError",
+        "OracleUnavailable",
+        "ProtocolError",
+        "RpcStatusError",
+        "Stub",
+        "TransportError",
+        "derive_mask",
+    ],
 }
 
 

@@ -1,0 +1,71 @@
+"""`gpushare nri run` as a process against the byte-level fake runtime: logs, SIGTERM, exit code."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from gpushare import keys
+from nri_plugin._pb import nri_pb2
+
+from .fake_runtime import FakeRuntime
+
+ROOT = Path(__file__).resolve().parents[3]
+# controller/cli.py has no __main__ guard; call its entry point the way the console script does.
+GPUSHARE = [sys.executable, "-c", "from controller.cli import main; main()"]
+
+
+def test_run_logs_one_line_per_decision_and_stops_on_sigterm() -> None:
+    rt = FakeRuntime()
+    rt.listen()
+    proc = subprocess.Popen(
+        [*GPUSHARE, "nri", "run", "--socket", rt.path],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rt.ready.wait(30), "plugin did not register"
+        pod = nri_pb2.PodSandbox(
+            id="p1", name="pod", namespace="ns", annotations={keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": "main"}
+        )
+        main = nri_pb2.Container(id="c1", pod_sandbox_id="p1", name="main")
+        main.linux.devices.add(path="/dev/fakegpu0", type="c", major=10, minor=229)
+        assert rt.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=pod, container=main)).code == 0
+        dind = nri_pb2.Container(id="c2", pod_sandbox_id="p1", name="dind")
+        assert rt.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=pod, container=dind)).code == 0
+        other = nri_pb2.Container(
+            id="c3", pod_sandbox_id="p1", name="other", annotations={keys.ANNOTATION_DEVICES_FROM: "{bad"}
+        )
+        assert rt.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=pod, container=other)).code == 9
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        rt.cleanup()
+    assert proc.returncode == 0, err
+    decisions = [line for line in err.splitlines() if "decision=" in line]
+    assert len(decisions) == 2, err
+    assert "decision=inject pod=ns/pod container=dind source=ns/pod/main devices=1" in decisions[0]
+    assert "took_ms=" in decisions[0]
+    assert "decision=refuse pod=ns/pod container=other" in decisions[1] and "not valid JSON" in decisions[1]
+    assert "nri: stopped" in err
+
+
+def test_bad_config_exits_2_with_the_problem(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("version: v1\nnri:\n  pluginIndex: 1\n")
+    proc = subprocess.run(
+        [*GPUSHARE, "nri", "run", "--config", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "pluginIndex" in proc.stderr

@@ -1,0 +1,101 @@
+"""Injector: the BundleCache follows the lifecycle events, and decisions use the oracle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import pytest
+
+from gpushare import keys
+from gpushare.codecs import encode_devices_from
+from gpushare.config import load_config
+from gpushare.errors import InstructionRefused
+from nri_plugin import Injector, OracleUnavailable
+from nri_plugin._pb import nri_pb2
+
+DIND = {keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": "main"}
+
+
+def _pod(pid: str, name: str = "", ns: str = "team", labels: Mapping[str, str] | None = None, **ann: str):  # type: ignore[no-untyped-def]
+    return nri_pb2.PodSandbox(id=pid, name=name or pid, namespace=ns, labels=labels or {}, annotations=ann)
+
+
+def _ctr(cid: str, name: str, pid: str, *, dev: bool = True, **ann: str) -> nri_pb2.Container:
+    c = nri_pb2.Container(id=cid, pod_sandbox_id=pid, name=name, annotations=ann)
+    if dev:
+        c.env.append("FAKE_VISIBLE_DEVICES=fake0")
+        c.linux.devices.add(path="/dev/fakegpu0", type="c", major=10, minor=229)
+    return c
+
+
+class Oracle:
+    def __init__(self, answer: Mapping[str, frozenset[str]] | None) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, str, str]] = []
+
+    def allocated_ids(self, namespace: str, pod: str, container: str) -> Mapping[str, frozenset[str]]:
+        self.asked.append((namespace, pod, container))
+        if self.answer is None:
+            raise OracleUnavailable("kubelet pod-resources socket /x unreachable")
+        return self.answer
+
+
+def test_synchronize_then_remove_events_keep_the_index() -> None:
+    inj = Injector(load_config(None))
+    inj.synchronize([_pod("p1", **DIND)], [_ctr("c1", "main", "p1")])
+    adj = inj.create_container(_pod("p1", **DIND), _ctr("c2", "dind", "p1", dev=False))
+    assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu0"]
+    assert [(e.key, e.value) for e in adj.env] == [("FAKE_VISIBLE_DEVICES", "fake0")]
+    inj.remove_container(_pod("p1"), _ctr("c1", "main", "p1"))
+    with pytest.raises(InstructionRefused, match="not created yet"):
+        inj.create_container(_pod("p1", **DIND), _ctr("c3", "dind", "p1", dev=False))
+    inj.remove_pod_sandbox(_pod("p1"))
+    assert inj.cache.snapshot.pods == {} and inj.cache.snapshot.containers == {}
+
+
+def test_a_target_becomes_a_source_with_what_it_was_given() -> None:
+    inj = Injector(load_config(None))
+    pod = _pod("p1", **DIND, **{keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "inner": "dind"})
+    inj.create_container(pod, _ctr("c1", "main", "p1"))
+    inj.create_container(pod, _ctr("c2", "dind", "p1", dev=False))
+    adj = inj.create_container(pod, _ctr("c3", "inner", "p1", dev=False))
+    assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu0"]
+
+
+def _shadow_setup(inj: Injector) -> None:
+    shadow = _pod("sp", "shadow-a", "gpushare-system", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
+    inj.create_container(shadow, _ctr("cs", "main", "sp"))
+
+
+ANN = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from("gpushare-system", "shadow-a", ["gpushare-system/shadow-a-0"])}
+
+
+def test_cross_pod_uses_the_oracle_and_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    oracle = Oracle({"gpushare/share-gpu-2": frozenset({"gpushare-system/shadow-a-0"})})
+    seen: list[str] = []
+    inj = Injector(load_config(None), oracle=oracle, on_decision=lambda d, *_: seen.append(d))
+    _shadow_setup(inj)
+    with caplog.at_level(logging.INFO, logger="nri_plugin.injector"):
+        adj = inj.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
+    assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu0"]
+    assert oracle.asked == [("team", "tenant", "app")]
+    assert seen == ["inject"]
+    (record,) = [r for r in caplog.records if r.getMessage() == "decision"]
+    fields = record.kv  # type: ignore[attr-defined]
+    assert fields["decision"] == "inject" and fields["pod"] == "team/tenant" and fields["devices"] == 1
+    assert fields["source"] == "gpushare-system/shadow-a/main" and fields["took_ms"] >= 0
+    assert len(inj.handler_times_ms()) == 2
+
+
+@pytest.mark.parametrize(
+    ("oracle", "needle"),
+    [(None, "no PodResources API is configured"), (Oracle(None), "cannot confirm the allocation")],
+)
+def test_cross_pod_without_a_working_oracle_is_refused(oracle: Oracle | None, needle: str) -> None:
+    inj = Injector(load_config(None), oracle=oracle)
+    _shadow_setup(inj)
+    with pytest.raises(InstructionRefused, match=needle):
+        inj.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
+    # A refused container is not remembered as a source.
+    assert "ct" not in inj.cache.snapshot.containers
