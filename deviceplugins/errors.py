@@ -6,6 +6,7 @@
         ├── DevicesRefused(ids, reason)   Allocate named IDs we advertise but cannot hand out
         │                                 (an Unhealthy spot device, slots of two shadows)
         ├── SocketError(path)             serving, dialling or removing a unix socket failed
+        │   └── SocketReplaced(path)      our socket vanished while kubelet was dialling it
         ├── RegistrationFailed(resource)  kubelet refused or did not answer Register
         ├── FakeDeviceError(path)         the fake vendor plugin could not create its nodes
         └── InvalidShadow(problems)       a shadow handed in cannot be advertised
@@ -55,6 +56,10 @@ class SocketError(DevicePluginError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         super().__init__(f"gpushare: socket {path}: {reason}")
+
+
+class SocketReplaced(SocketError):
+    """Our socket was deleted (a starting kubelet wipes the directory) during Register: serve again now."""
 
 
 class RegistrationFailed(DevicePluginError):

@@ -30,7 +30,7 @@ from typing import Any
 
 from deviceplugins import policies
 from deviceplugins._dirwatch import DirWatch
-from deviceplugins.errors import DevicePluginError
+from deviceplugins.errors import DevicePluginError, SocketReplaced
 from deviceplugins.plugins import SharePlugin, SpotPlugin
 from deviceplugins.policies import Device, Shadow
 from deviceplugins.server import KUBELET_SOCKET_NAME, DevicePluginServer, socket_identity
@@ -45,56 +45,95 @@ _RETRY_MIN_S = 0.1
 
 
 class _Runner:
-    """The restart loop of one plugin."""
+    """The restart loop of one plugin.
+
+    ``wake`` ends a registered run (restart or stop); ``kick`` only cuts a back-off short.
+    A restart request carries the run number it was made for, so a check that raced with
+    the start of a new run cannot restart that new run for the old run's reason.
+    """
 
     def __init__(self, plugin: DevicePluginServer, mgr: PluginManager) -> None:
         self.plugin = plugin
         self.mgr = mgr
         self.wake = threading.Event()
+        self.kick = threading.Event()
+        self.lock = threading.Lock()
+        self.run_no = 0
         self.reason = "start"
         self.registered = False
+        self.backing_off = False
         self.kubelet_identity: tuple[int, int, int] | None = None
         self.attempt_identity: tuple[int, int, int] | None = None
         self.registrations = 0
         self.last_error = ""
         self.thread = threading.Thread(target=self._loop, name=f"gpushare-dp-{plugin.job}")
+        # The server only reports ends of its current run's streams.
         plugin.on_stream_end = lambda: self.restart("kubelet ended ListAndWatch")
 
-    def restart(self, reason: str) -> None:
-        self.reason = reason
+    def restart(self, reason: str, run_no: int | None = None) -> None:
+        with self.lock:
+            if run_no is not None and run_no != self.run_no:
+                return
+            self.reason = reason
+            self.wake.set()
+            self.kick.set()
+
+    def stop(self) -> None:
         self.wake.set()
+        self.kick.set()
+
+    def _back_off(self, delay: float) -> float:
+        self._safe_stop_serving()
+        self.backing_off = True
+        self.kick.wait(delay)
+        self.backing_off = False
+        return min(delay * 2, self.mgr.retry_max_s)
 
     def _loop(self) -> None:
         mgr = self.mgr
         delay = _RETRY_MIN_S
+        replaced = False
         while not mgr.stop_event.is_set():
-            self.wake.clear()
-            self.registered = False
+            with self.lock:
+                self.run_no += 1
+                self.registered = False
+                self.wake.clear()
+                self.kick.clear()
             try:
                 self.attempt_identity = socket_identity(mgr.kubelet_socket)
                 self.plugin.serve()
                 self.plugin.register(mgr.kubelet_socket, mgr.register_timeout_s)
+            except SocketReplaced as exc:
+                # Not a failure: kubelet is starting and wiped the directory under us. Serve
+                # again at once (once; a second time in a row backs off like any failure).
+                log.info("socket replaced during Register", extra=kv(resource=self.plugin.resource, error=str(exc)))
+                if not replaced:
+                    replaced = True
+                    self._safe_stop_serving()
+                    continue
+                delay = self._back_off(delay)
+                continue
             except DevicePluginError as exc:
                 if str(exc) != self.last_error:  # one line per new problem, not per retry
                     log.warning(
                         "plugin not registered; retrying", extra=kv(resource=self.plugin.resource, error=str(exc))
                     )
                 self.last_error = str(exc)
-                self._safe_stop_serving()
-                self.wake.wait(delay)
-                delay = min(delay * 2, mgr.retry_max_s)
+                delay = self._back_off(delay)
                 continue
             except Exception:  # top of a thread loop (style.md §2.4): log, clean up, back off
                 log.exception("plugin run crashed; restarting", extra=kv(resource=self.plugin.resource))
-                self._safe_stop_serving()
-                self.wake.wait(delay)
-                delay = min(delay * 2, mgr.retry_max_s)
+                delay = self._back_off(delay)
                 continue
             delay = _RETRY_MIN_S
+            replaced = False
             self.last_error = ""
-            self.kubelet_identity = self.attempt_identity
-            self.registered = True
-            self.registrations += 1
+            with self.lock:
+                # Read after Register: the kubelet.sock we reached is the one there now. (A kubelet
+                # restart in between also ends our stream and wipes our socket, so it is not missed.)
+                self.kubelet_identity = socket_identity(mgr.kubelet_socket)
+                self.registered = True
+                self.registrations += 1
             log.info(
                 "registered with kubelet",
                 extra=kv(
@@ -107,7 +146,8 @@ class _Runner:
             )
             mgr._registered_cond_notify()
             self.wake.wait()
-            self.registered = False
+            with self.lock:
+                self.registered = False
             if not mgr.stop_event.is_set():
                 log.info("restarting plugin", extra=kv(resource=self.plugin.resource, reason=self.reason))
         self._safe_stop_serving()
@@ -300,7 +340,7 @@ class PluginManager:
             return
         os.write(self._wake_w, b"x")
         for r in self._runners:
-            r.wake.set()
+            r.stop()
         for v in self._vendors:
             v.join(timeout_s)
         for r in self._runners:
@@ -341,10 +381,13 @@ class PluginManager:
         watch.rearm()
         kubelet = socket_identity(self.kubelet_socket)
         for r in self._runners:
-            if r.registered:
-                if kubelet is not None and kubelet != r.kubelet_identity:
-                    r.restart("kubelet.sock recreated (kubelet restarted)")
+            with r.lock:
+                registered, run_no, registered_with = r.registered, r.run_no, r.kubelet_identity
+            if registered:
+                if kubelet is not None and kubelet != registered_with:
+                    r.restart("kubelet.sock recreated (kubelet restarted)", run_no)
                 elif not r.plugin.socket_is_ours():
-                    r.restart("own socket removed")
-            elif kubelet is not None and kubelet != r.attempt_identity and not r.wake.is_set():
-                r.restart("kubelet.sock appeared")
+                    r.restart("own socket removed", run_no)
+            elif r.backing_off and kubelet is not None and kubelet != r.attempt_identity:
+                r.reason = "kubelet.sock appeared"
+                r.kick.set()

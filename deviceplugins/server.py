@@ -23,11 +23,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 
 from deviceplugins._pb import api_pb2, api_pb2_grpc
-from deviceplugins.errors import DevicePluginError, DevicesRefused, RegistrationFailed, SocketError, UnknownDevices
+from deviceplugins.errors import (
+    DevicePluginError,
+    DevicesRefused,
+    RegistrationFailed,
+    SocketError,
+    SocketReplaced,
+    UnknownDevices,
+)
 from deviceplugins.policies import MAX_DEVICE_ID_CHARS, Allocation, Device
 from gpushare.log import kv
 
@@ -39,6 +47,8 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 MAX_SOCKET_PATH = 107
 # A wake-up bound for idle streams; correctness never depends on it (set_devices notifies).
 _STREAM_IDLE_RECHECK_S = 30.0
+# How often a pending Register checks that our socket still exists.
+_REGISTER_POLL_S = 0.05
 
 
 def socket_name_for(resource: str) -> str:
@@ -206,12 +216,34 @@ class DevicePluginServer:
         # kubelet dials us during Register: prove the socket answers first (serve, then register).
         with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
             try:
-                grpc.channel_ready_future(channel).result(timeout=self.dial_timeout_s)
+                self._await(grpc.channel_ready_future(channel), self.dial_timeout_s, "dialling it ourselves")
             except grpc.FutureTimeoutError as exc:
                 self.stop_serving()
-                raise SocketError(
-                    self.socket_path, f"our own socket did not answer within {self.dial_timeout_s}s"
-                ) from exc
+                reason = f"our own socket did not answer within {self.dial_timeout_s}s"
+                raise SocketError(self.socket_path, reason) from exc
+            except SocketReplaced:
+                self.stop_serving()
+                raise
+
+    def _await(self, future: grpc.Future[Any], timeout_s: float, doing: str) -> Any:
+        """Wait for ``future``, but give up at once if our socket is deleted meanwhile.
+
+        A starting kubelet wipes the directory: a dial of the deleted path would only time
+        out, and a kubelet still dialling it would reach whatever we serve there next.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return future.result(timeout=min(_REGISTER_POLL_S, max(0.0, deadline - time.monotonic())))
+            except grpc.FutureTimeoutError:
+                if not self.socket_is_ours():
+                    future.cancel()
+                    raise SocketReplaced(
+                        self.socket_path, f"removed while {doing} (kubelet restarting?); serving again"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    future.cancel()
+                    raise
 
     def register(self, kubelet_socket: str, timeout_s: float) -> None:
         """One Register call; fails fast (UNAVAILABLE) when nothing listens on kubelet.sock."""
@@ -219,14 +251,17 @@ class DevicePluginServer:
             version=API_VERSION, endpoint=self.endpoint, resource_name=self.resource, options=self.options()
         )
         with grpc.insecure_channel(unix_target(kubelet_socket)) as channel:
+            stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+            future = stub.Register.future(request, timeout=timeout_s, wait_for_ready=False)
             try:
-                stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-                stub.Register(request, timeout=timeout_s, wait_for_ready=False)
+                self._await(future, timeout_s + 1.0, "registering")
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
                 name = code.name if code is not None else "error"
                 raise RegistrationFailed(self.resource, kubelet_socket, f"{name}: {details}") from exc
+            except grpc.FutureTimeoutError as exc:
+                raise RegistrationFailed(self.resource, kubelet_socket, f"no answer within {timeout_s}s") from exc
 
     def stop_serving(self) -> None:
         """End every stream, stop the server, join its workers, remove our socket if still ours."""

@@ -1,12 +1,13 @@
 """A kubelet stand-in that speaks the device-plugin protocol over real unix sockets.
 
-It does what kubelet's device manager does (device-plugin-api.md §3–§6), and nothing more:
+It does what kubelet's device manager does (device-plugin-api.md §3 to §6), and nothing more:
 
 - serves ``v1beta1.Registration`` on ``<dir>/kubelet.sock``; on ``Register`` it checks the
   version and the resource name, dials ``<dir>/<endpoint>`` (blocking, 10 s), calls
   ``GetDevicePluginOptions`` *inside* the Register call, then opens ``ListAndWatch`` in the
   background and records every full list it receives;
-- a newer registration for a resource replaces the older client (its stream is cancelled);
+- clients are kept per (resource, socket path) as current kubelets do: a second registration
+  for the same endpoint adds a client; a client goes away when its stream ends;
 - ``allocate`` / ``preferred`` dial the plugin socket like kubelet at admission;
 - ``restart`` is a kubelet restart: the server and every client go away, every *socket* in
   the directory is deleted (regular files stay), and a fresh ``kubelet.sock`` is served.
@@ -41,7 +42,7 @@ class Registration:
     at: float
 
 
-@dataclass
+@dataclass(eq=False)
 class _Client:
     registration: Registration
     channel: grpc.Channel
@@ -57,8 +58,7 @@ class KubeletPeer:
         self.socket = os.path.join(plugin_dir, "kubelet.sock")
         self.registrations: list[Registration] = []
         self.refusals: list[str] = []
-        self._clients: dict[str, _Client] = {}
-        self._old: list[_Client] = []
+        self._clients: dict[str, list[_Client]] = {}
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -86,9 +86,8 @@ class KubeletPeer:
             self._executor.shutdown(wait=True)
             self._executor = None
         with self._cond:
-            clients = list(self._clients.values()) + self._old
+            clients = [c for cs in self._clients.values() for c in cs]
             self._clients.clear()
-            self._old.clear()
         for c in clients:
             self._close_client(c)
 
@@ -134,12 +133,9 @@ class KubeletPeer:
         client = _Client(reg, channel)
         with self._cond:
             self._seq += 1
-            old = self._clients.pop(req.resource_name, None)
-            self._clients[req.resource_name] = client
+            self._clients.setdefault(req.resource_name, []).append(client)
             self.registrations.append(reg)
             self._cond.notify_all()
-        if old is not None:
-            self._close_client(old)
         client.call = stub.ListAndWatch(api_pb2.Empty())
         client.thread = threading.Thread(
             target=self._consume, args=(client,), name=f"gpushare-kpeer-law-{self._seq}", daemon=True
@@ -157,6 +153,9 @@ class KubeletPeer:
             pass  # cancelled by us, or the plugin went away: kubelet marks the resource unhealthy
         with self._cond:
             client.ended = True
+            clients = self._clients.get(client.registration.resource_name, [])
+            if client in clients:
+                clients.remove(client)
             self._cond.notify_all()
 
     # --- test helpers -------------------------------------------------------------------
@@ -175,22 +174,20 @@ class KubeletPeer:
     def registered_nolock(self, resource: str) -> list[Registration]:
         return [r for r in self.registrations if r.resource_name == resource]
 
-    def devices(self, resource: str) -> list[tuple[str, str]] | None:
-        """The latest list kubelet holds for ``resource`` (None if no list yet)."""
-        with self._cond:
-            c = self._clients.get(resource)
-            return c.lists[-1][1] if c is not None and c.lists else None
+    def _newest(self, resource: str) -> _Client | None:
+        clients = self._clients.get(resource)
+        return clients[-1] if clients else None
 
     def wait_devices(
         self, resource: str, predicate: Callable[[list[tuple[str, str]]], bool], timeout_s: float = 5.0
     ) -> list[tuple[str, str]]:
         def check() -> bool:
-            c = self._clients.get(resource)
+            c = self._newest(resource)
             return c is not None and bool(c.lists) and predicate(c.lists[-1][1])
 
         with self._cond:
             ok = self._cond.wait_for(check, timeout_s)
-            c = self._clients.get(resource)
+            c = self._newest(resource)
             last = c.lists[-1][1] if c is not None and c.lists else None
         assert ok, f"{resource}: latest list {last} never matched within {timeout_s}s"
         assert last is not None
@@ -198,18 +195,24 @@ class KubeletPeer:
 
     def wait_list_count(self, resource: str, count: int, timeout_s: float = 5.0) -> list[float]:
         """Arrival times of the lists received on the current stream, once there are ``count``."""
+
+        def enough() -> bool:
+            c = self._newest(resource)
+            return c is not None and len(c.lists) >= count
+
         with self._cond:
-            ok = self._cond.wait_for(
-                lambda: resource in self._clients and len(self._clients[resource].lists) >= count, timeout_s
-            )
+            ok = self._cond.wait_for(enough, timeout_s)
             assert ok, f"{resource}: fewer than {count} lists within {timeout_s}s"
-            return [t for t, _ in self._clients[resource].lists]
+            c = self._newest(resource)
+            assert c is not None
+            return [t for t, _ in c.lists]
 
     def end_stream(self, resource: str) -> None:
         """kubelet drops the plugin's ListAndWatch (e.g. an internal error on its side)."""
         with self._cond:
-            c = self._clients.pop(resource)
-        self._close_client(c)
+            clients = self._clients.pop(resource, [])
+        for c in clients:
+            self._close_client(c)
 
     def _stub(self, resource: str) -> tuple[grpc.Channel, Any]:
         reg = self.registered(resource)[-1]
@@ -230,9 +233,7 @@ class KubeletPeer:
             creq = api_pb2.ContainerPreferredAllocationRequest(
                 available_deviceIDs=available, must_include_deviceIDs=must_include, allocation_size=size
             )
-            resp = stub.GetPreferredAllocation(
-                api_pb2.PreferredAllocationRequest(container_requests=[creq]), timeout=5
-            )
+            resp = stub.GetPreferredAllocation(api_pb2.PreferredAllocationRequest(container_requests=[creq]), timeout=5)
         return list(resp.container_responses[0].deviceIDs)
 
 

@@ -145,7 +145,9 @@ def test_allocate_share_annotation_exact(ids: list[str], want_json: str) -> None
 @pytest.mark.parametrize(
     ("ids", "error", "fragments"),
     [
-        pytest.param([f"{NS}/zz-0", f"{NS}/a-0", f"{NS}/yy-1"], UnknownDevices, [f"{NS}/yy-1", f"{NS}/zz-0"], id="unknown"),
+        pytest.param(
+            [f"{NS}/zz-0", f"{NS}/a-0", f"{NS}/yy-1"], UnknownDevices, [f"{NS}/yy-1", f"{NS}/zz-0"], id="unknown"
+        ),
         pytest.param([f"{NS}/a-0", f"{NS}/b-0"], DevicesRefused, ["2 shadows", f"{NS}/a", f"{NS}/b"], id="two shadows"),
         pytest.param([f"{NS}/c-0"], DevicesRefused, [f"{NS}/c-0", "Unhealthy"], id="closed shadow"),
         pytest.param([f"{NS}/a-0", f"{NS}/a-0"], DevicesRefused, ["more than once"], id="duplicate"),
@@ -214,12 +216,8 @@ def test_allocate_spot_unknown() -> None:
 @pytest.mark.parametrize(
     ("available", "must", "size", "want"),
     [
-        pytest.param(
-            ["ns/a-0", "ns/a-1", "ns/a-2", "ns/b-3"], [], 1, ["ns/b-3"], id="fullest shadow that fits (pack)"
-        ),
-        pytest.param(
-            ["ns/a-0", "ns/a-1", "ns/a-2", "ns/b-3"], [], 2, ["ns/a-0", "ns/a-1"], id="only a fits two"
-        ),
+        pytest.param(["ns/a-0", "ns/a-1", "ns/a-2", "ns/b-3"], [], 1, ["ns/b-3"], id="fullest shadow that fits (pack)"),
+        pytest.param(["ns/a-0", "ns/a-1", "ns/a-2", "ns/b-3"], [], 2, ["ns/a-0", "ns/a-1"], id="only a fits two"),
         pytest.param(["ns/b-1", "ns/a-1", "ns/b-0"], ["ns/a-1"], 2, ["ns/a-1", "ns/b-0"], id="must-include first"),
         pytest.param(
             ["ns/a-0", "ns/a-2", "ns/b-1", "ns/b-0", "ns/b-2"],
