@@ -69,7 +69,7 @@ def _read_http(url: str, timeout_s: float) -> str:
             chunks: list[bytes] = []
             size = 0
             while size <= MAX_SCRAPE_BYTES:
-                chunk = response.read(_CHUNK)
+                chunk = response.read1(_CHUNK)
                 if not chunk:
                     break
                 chunks.append(chunk)

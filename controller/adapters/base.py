@@ -173,6 +173,12 @@ def get_adapter(name: str, prefix: str | None = None) -> GpuAdapter:
     return adapter_class(name)(prefix=prefix)
 
 
+def _strip_prefix(name: str, prefix: str) -> str | None:
+    if not prefix:
+        return name
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
 def _first(labels: Mapping[str, str], names: Sequence[str]) -> str | None:
     for name in names:
         value = labels.get(name)
@@ -227,11 +233,8 @@ class TableAdapter(GpuAdapter):
 
     def metric_key(self, name: str, prefix: str) -> str | None:
         """The rule name for a metric family, or None if it is not one of ours."""
-        if prefix:
-            if not name.startswith(prefix):
-                return None
-            name = name[len(prefix) :]
-        return name if name in self.rules else None
+        key = _strip_prefix(name, prefix)
+        return key if key in self.rules else None
 
     def resolve_prefix(self, metric_names: Collection[str]) -> str:
         return self.default_prefix if self.prefix is None else self.prefix
@@ -257,7 +260,7 @@ class TableAdapter(GpuAdapter):
     def claims(self, metric_names: Collection[str]) -> bool:
         prefix = self.resolve_prefix(metric_names)
         signature = self.signature if self.signature is not None else frozenset(self.rules)
-        return any(self.metric_key(name, prefix) in signature for name in metric_names)
+        return any(_strip_prefix(name, prefix) in signature for name in metric_names)
 
     def device_id(self, labels: Mapping[str, str]) -> tuple[str, str | None] | None:
         """``(device_id, sub_device)`` for a series, None when its labels name no device."""
