@@ -3,8 +3,8 @@
 It is the ``nri_plugin.AllocationOracle`` the NRI plugin consults for cross-pod instructions
 (design §8). Calls ``Get`` for one pod (kubelet feature gate ``KubeletPodResourcesGet``) and
 falls back to ``List`` for good once kubelet answers UNIMPLEMENTED. Answers are cached for
-``ttl_s`` (a container's allocation never changes while it exists); a pod missing from a cached
-``List`` triggers one fresh ``List``. Every call has a timeout; gRPC errors become
+``ttl_s`` when positive (a container's allocation never changes while it exists); anything else is
+asked again. Every call has a timeout; gRPC errors become
 ``PodResourcesError`` (an ``OracleUnavailable``) naming the socket and the likely fix.
 """
 
@@ -63,11 +63,19 @@ class PodResourcesClient:
         self._lock = threading.Lock()
         self._get_supported = True
         self._pods: dict[tuple[str, str], tuple[float, podresources_pb2.PodResources]] = {}
-        self._list_at = float("-inf")
 
     def allocated_ids(self, namespace: str, pod: str, container: str) -> Allocation:
-        """``{resource: device IDs}`` of one container; empty when kubelet does not list it."""
-        found = self._pod(namespace, pod)
+        """``{resource: device IDs}`` of one container; empty when kubelet does not list it.
+
+        Only a positive answer (the container holds devices) is served from the cache; anything
+        else asks kubelet again, so an allocation made after an earlier question is seen at once.
+        """
+        cached = self._cached(namespace, pod)
+        if cached is not None:
+            hit = _allocation_of(cached, container)
+            if hit:
+                return hit
+        found = self._fetch(namespace, pod)
         if found is None:
             return {}
         return _allocation_of(found, container) or {}
@@ -80,7 +88,6 @@ class PodResourcesClient:
         now = self._clock()
         with self._lock:
             self._pods = {(p.namespace, p.name): (now, p) for p in resp.pod_resources}
-            self._list_at = now
         return list(resp.pod_resources)
 
     def close(self) -> None:
@@ -92,12 +99,14 @@ class PodResourcesClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _pod(self, namespace: str, name: str) -> podresources_pb2.PodResources | None:
-        now = self._clock()
+    def _cached(self, namespace: str, name: str) -> podresources_pb2.PodResources | None:
         with self._lock:
             cached = self._pods.get((namespace, name))
-        if cached is not None and now - cached[0] <= self._ttl_s:
+        if cached is not None and self._clock() - cached[0] <= self._ttl_s:
             return cached[1]
+        return None
+
+    def _fetch(self, namespace: str, name: str) -> podresources_pb2.PodResources | None:
         if self._get_supported:
             try:
                 req = podresources_pb2.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)

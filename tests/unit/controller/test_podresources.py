@@ -36,13 +36,14 @@ PODS = [
 class Lister(pb_grpc.PodResourcesListerServicer):
     def __init__(self, *, serve_get: bool) -> None:
         self.serve_get = serve_get
+        self.pods = list(PODS)
         self.calls: list[str] = []
 
     def List(  # noqa: N802 (the gRPC method name)
         self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
     ) -> pb.ListPodResourcesResponse:
         self.calls.append("List")
-        return pb.ListPodResourcesResponse(pod_resources=PODS)
+        return pb.ListPodResourcesResponse(pod_resources=self.pods)
 
     def Get(  # noqa: N802 (the gRPC method name)
         self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext
@@ -50,7 +51,7 @@ class Lister(pb_grpc.PodResourcesListerServicer):
         self.calls.append("Get")
         if not self.serve_get:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "feature gate KubeletPodResourcesGet is off")
-        for p in PODS:
+        for p in self.pods:
             if (p.namespace, p.name) == (request.pod_namespace, request.pod_name):
                 return pb.GetPodResourcesResponse(pod_resources=p)
         context.abort(grpc.StatusCode.NOT_FOUND, "pod not found")
@@ -114,3 +115,16 @@ def test_unreachable_socket_is_our_error_naming_the_socket(sock_dir: Path) -> No
             client.allocated_ids("team", "tenant", "app")
         assert isinstance(err.value, OracleUnavailable)
         assert "UNAVAILABLE" in str(err.value) or "DEADLINE_EXCEEDED" in str(err.value)
+
+
+def test_a_negative_answer_is_not_cached(sock_dir: Path) -> None:
+    lister = Lister(serve_get=True)
+    lister.pods = []
+    server = _serve(lister, sock_dir / "kubelet.sock")
+    try:
+        with PodResourcesClient(str(sock_dir / "kubelet.sock"), ttl_s=60.0) as client:
+            assert client.allocated_ids("team", "tenant", "app") == {}
+            lister.pods = list(PODS)  # kubelet admits the pod after our first question
+            assert client.allocated_ids("team", "tenant", "app") != {}
+    finally:
+        server.stop(None).wait()
