@@ -143,9 +143,14 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) ->
             requests = _str_map_any(_get(res, "requests"), pod)
             limits = _str_map_any(_get(res, "limits"), pod)
             merged = {**limits, **requests}
+            # Only device resources matter here: ours and the vendors'; cpu and memory are skipped.
             wanted = tuple(
-                sorted((r, _quantity(q, r, pod)) for r, q in merged.items() if r.startswith(keys.RESOURCE_PREFIX))
-            ) + tuple(sorted((r, _quantity(q, r, pod)) for r, q in merged.items() if _is_vendor_resource(r)))
+                sorted(
+                    (r, _quantity(q, r, pod))
+                    for r, q in merged.items()
+                    if r.startswith(keys.RESOURCE_PREFIX) or _is_vendor_resource(r)
+                )
+            )
             out.append(ContainerFacts(name=name, resources=wanted, container_id=ids.get(name, "")))
     return tuple(out)
 
@@ -247,12 +252,10 @@ def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
 
 
 @dataclass(frozen=True)
-class ShadowPod:
-    """A platform pod holding one real GPU for up to N sharers (design §3)."""
+class _PodRole:
+    """A pod in one of the design's roles; the facts stay reachable."""
 
     facts: PodFacts
-    key: ShareKey
-    users: Mapping[str, tuple[str, ...]]  # from ANNOTATION_SHADOW_USERS: "<ns>/<pod>/<container>" -> virtual IDs
 
     @property
     def ref(self) -> PodRef:
@@ -261,6 +264,14 @@ class ShadowPod:
     @property
     def node_name(self) -> str:
         return self.facts.node_name
+
+
+@dataclass(frozen=True)
+class ShadowPod(_PodRole):
+    """A platform pod holding one real GPU for up to N sharers (design §3)."""
+
+    key: ShareKey
+    users: Mapping[str, tuple[str, ...]]  # from ANNOTATION_SHADOW_USERS: "<ns>/<pod>/<container>" -> virtual IDs
 
     @property
     def is_running(self) -> bool:
@@ -291,21 +302,12 @@ class ShadowPod:
 
 
 @dataclass(frozen=True)
-class SharePod:
+class SharePod(_PodRole):
     """A tenant pod asking for ``gpushare/share-*`` slots."""
 
-    facts: PodFacts
     key: ShareKey
     quantity: int  # slots asked for, all containers together
     owner_shadows: Mapping[str, str]  # from ANNOTATION_SHADOW_OWNER: "<ns>/<shadow>" -> shadow uid
-
-    @property
-    def ref(self) -> PodRef:
-        return self.facts.ref
-
-    @property
-    def node_name(self) -> str:
-        return self.facts.node_name
 
     @property
     def is_pending(self) -> bool:
@@ -333,14 +335,8 @@ class SharePod:
 
 
 @dataclass(frozen=True)
-class SpotPod:
+class SpotPod(_PodRole):
     """A pod asking for ``gpushare/spot-gpu``: a borrower once admitted (design §6)."""
-
-    facts: PodFacts
-
-    @property
-    def ref(self) -> PodRef:
-        return self.facts.ref
 
     @property
     def container_ids(self) -> tuple[str, ...]:
