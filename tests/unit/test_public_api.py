@@ -8,6 +8,21 @@ import pytest
 
 EXPECTED = {
     "gpushare": ["ConfigError", "GpushareError", "InstructionRefused"],
+    "controller.adapters": [
+        "AUTO",
+        "DeviceMetrics",
+        "GpuAdapter",
+        "ParseResult",
+        "ParsedText",
+        "Sample",
+        "Workload",
+        "adapter_names",
+        "detect_vendors",
+        "get_adapter",
+        "parse_metrics",
+        "parse_text",
+        "register",
+    ],
     "deviceplugins": [
         "Allocation",
         "Device",
