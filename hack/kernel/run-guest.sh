@@ -2,7 +2,7 @@
 # Boot one cached kernel under QEMU (TCG: /dev/kvm on this machine kind cannot boot Debian
 # kernels) with the host's / read-only over 9p, run SCRIPT (a host path) inside, and exit
 # with the script's exit code. The console goes to stdout.
-#   hack/kernel/run-guest.sh RELEASE SCRIPT [TIMEOUT_S]
+#   [GS_GUEST_OUT=DIR] hack/kernel/run-guest.sh RELEASE SCRIPT [TIMEOUT_S]
 set -euo pipefail
 rel="$1"; script="$2"; timeout_s="${3:-600}"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,12 +14,16 @@ if [ ! -f "$initrd" ] || [ "$here/initramfs.sh" -nt "$initrd" ]; then
   bash "$here/initramfs.sh" "$rel" "$initrd.tmp" || { echo "run-guest: initramfs build failed" >&2; exit 2; }
   mv "$initrd.tmp" "$initrd"
 fi
+extra=()
+if [ -n "${GS_GUEST_OUT:-}" ]; then  # a writable host folder, at /run/gs-out in the guest
+  extra+=(-virtfs "local,path=$GS_GUEST_OUT,mount_tag=gsout,security_model=none")
+fi
 log="$(mktemp /tmp/gs-console-XXXX.log)"; trap 'rm -f "$log"' EXIT
 timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1536 \
   -nodefaults -no-reboot -display none -serial stdio \
   -kernel "$vmlinux" -initrd "$initrd" \
   -append "console=ttyS0 panic=-1 oops=panic loglevel=4 gs.script=$script" \
-  -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+  -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap "${extra[@]}" \
   | tee "$log" || true
 rc="$(sed -n 's/^GS-EXIT=\([0-9]*\).*/\1/p' "$log" | tr -d '\r' | tail -1)"
 [ -n "$rc" ] || { echo "run-guest: the guest did not report an exit code (crash or timeout)" >&2; exit 98; }

@@ -1,0 +1,96 @@
+"""The QEMU tier for gpukmod.ko (issue 4; test-environment.md "The kernel module under QEMU").
+
+For each of Debian's 6.1 (no IBT) and 6.12 (IBT) kernels: build the module twice against the
+cached headers (this version and a "next" one for the replace-on-install case), boot the
+kernel under TCG with the host's / read-only over 9p, and run guest/guest_gpukmod.py with
+this machine's Python and this checkout (wherever it is cloned) inside the guest. Then the
+stall benchmark runs in the same guest and its figures are printed.
+
+Kernels come from ``make kernels`` (hack/kernel/fetch.sh, cached under $GPUSHARE_CACHE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpukmod.module import build_module, source_version
+
+REPO = Path(__file__).resolve().parents[3]
+CACHE = Path(os.environ.get("GPUSHARE_CACHE", Path.home() / ".cache" / "gpushare")) / "kernel"
+RELEASES = ["6.1.0-50-amd64", "6.12.95+deb12-amd64"]
+GUEST_TIMEOUT_S = 1100
+
+
+def _headers(release: str) -> Path:
+    return CACHE / release / "root" / "usr" / "src" / f"linux-headers-{release}"
+
+
+def _require(release: str) -> None:
+    if not (CACHE / release / ".done").exists():
+        pytest.skip(f"kernel {release} is not cached in {CACHE}; run `make kernels` (hack/kernel/fetch.sh)")
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 is missing; run `make kernels` (installs qemu-system-x86)")
+    if os.geteuid() != 0:
+        pytest.skip("the QEMU tier reads root-owned caches and loads modules; run `sudo make test`")
+
+
+def _guest_script(work: Path, v1: Path, v2: Path, out: Path) -> Path:
+    py = shlex.quote(sys.executable)
+    script = work / "guest.sh"
+    script.write_text(
+        f"""#!/bin/sh
+export GPUKMOD_KO={shlex.quote(str(v1))} GPUKMOD_KO_NEXT={shlex.quote(str(v2))}
+export PYTHONDONTWRITEBYTECODE=1 HOME=/run TMPDIR=/run PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+cd {shlex.quote(str(REPO))} || exit 97
+uname -r
+{py} -m pytest -p no:cacheprovider -q \\
+    tests/integration/kernel/guest/guest_gpukmod.py
+rc=$?
+{py} bench/kmod_stall.py --ko "$GPUKMOD_KO" --count 200 --json /run/gs-out/bench.json || rc=1
+exit $rc
+"""
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(GUEST_TIMEOUT_S + 120)
+@pytest.mark.parametrize("release", RELEASES)
+def test_gpukmod_in_qemu(release: str) -> None:
+    _require(release)
+    work = Path(tempfile.mkdtemp(prefix="gs-kq-"))
+    try:
+        v1 = build_module(_headers(release), work / "v1")
+        v2 = build_module(_headers(release), work / "v2", version=f"{source_version()}+next")
+        out = work / "out"
+        out.mkdir()
+        script = _guest_script(work, v1, v2, out)
+        proc = subprocess.run(
+            ["bash", str(REPO / "hack/kernel/run-guest.sh"), release, str(script), str(GUEST_TIMEOUT_S)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GS_GUEST_OUT": str(out)},
+            check=False,
+        )
+        console = proc.stdout + proc.stderr
+        tail = console[-12000:]
+        assert proc.returncode == 0, f"guest run on {release} failed (rc {proc.returncode}):\n{tail}"
+        assert " passed" in console and " failed" not in console, tail
+        bench = json.loads((out / "bench.json").read_text())
+        print(f"\n[{release}] guest: {console.strip().splitlines()[-4:]}")
+        print(f"[{release}] kmod_stall: {bench}")
+        assert bench["count"] == 200
+        assert bench["timeouts"] == 0, bench  # every stall tracked the release, none hit max_block_ms
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
