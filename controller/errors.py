@@ -1,12 +1,14 @@
 """Errors of the controller and the agent.
 
-    GpushareError
-    └── ControllerError
-        ├── RetryLater(delay_s)     a transient failure; the loop retries the step after delay_s
-        ├── KubeError               the API server refused or could not be reached
-        ├── MetricsError            a metrics source could not be read or parsed at all
-        ├── InvalidObject           a pod from the API lacks a field the controller needs (skipped)
-        └── StateError              the state file under stateDir cannot be opened or is too new
+GpushareError
+└── ControllerError
+    ├── RetryLater(delay_s)     a transient failure; the loop retries the step after delay_s
+    ├── KubeError               the API server refused or could not be reached
+    │   ├── ResourceExpired     a watch or list resourceVersion is too old (410): list again
+    │   └── ApiUnavailable      unreachable, timed out, 429 or 5xx (also a RetryLater)
+    ├── MetricsError            a metrics source could not be read or parsed at all
+    ├── InvalidObject           a pod from the API lacks a field the controller needs (skipped)
+    └── StateError              the state file under stateDir cannot be opened or is too new
 """
 
 from __future__ import annotations
@@ -40,3 +42,11 @@ class InvalidObject(ControllerError):
 
 class StateError(ControllerError):
     """The SQLite state file could not be used; the message names the path and what to do."""
+
+
+class ResourceExpired(KubeError):
+    """HTTP 410: the resourceVersion a watch resumed from is gone; the caller lists again."""
+
+
+class ApiUnavailable(KubeError, RetryLater):
+    """The API server did not answer in time, could not be reached, or asked us to back off."""
