@@ -186,7 +186,25 @@ class Stub:
             "StopContainer": self._stop_container,
             "StateChange": self._state_change,
         }
+        # NRI v0.12 dedicated per-event RPCs. Answering them (rather than UNIMPLEMENTED) spares
+        # containerd 2.3+ its StateChange fallback and the deprecation warning it logs.
+        for name, event in EVENT_METHODS.items():
+            rpc = "".join(part.capitalize() for part in name.split("_"))
+            if rpc not in h:
+                h[rpc] = self._dedicated_handler(name, event in _POD_EVENTS)
         return {(PLUGIN_SERVICE, m): f for m, f in h.items()}
+
+    def _dedicated_handler(self, name: str, is_pod_event: bool) -> Handler:
+        def handle(payload: bytes) -> bytes:
+            if is_pod_event:
+                req = _parse(nri_pb2.RemovePodSandboxRequest, payload)
+                self._call_event(name, req.pod)
+            else:
+                creq = _parse(nri_pb2.RemoveContainerRequest, payload)
+                self._call_event(name, creq.pod, creq.container)
+            return b""
+
+        return handle
 
     def _configure(self, payload: bytes) -> bytes:
         req = _parse(nri_pb2.ConfigureRequest, payload)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tnri.proto\x12\x14nri.pkg.api.v1alpha1\"\x07\n\x05\x45mpty\"@\n\x15RegisterPluginRequest\x12\x13\n\x0bplugin_name\x18\x01 \x01(\t\x12\x12\n\nplugin_idx\x18\x02 \x01(\t\"\x88\x01\n\x17UpdateContainersRequest\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x36\n\x05\x65vict\x18\x02 \x03(\x0b\x32\'.nri.pkg.api.v1alpha1.ContainerEviction\"Q\n\x18UpdateContainersResponse\x12\x35\n\x06\x66\x61iled\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\"\x88\x01\n\x10\x43onfigureRequest\x12\x0e\n\x06\x63onfig\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1c\n\x14registration_timeout\x18\x04 \x01(\x03\x12\x17\n\x0frequest_timeout\x18\x05 \x01(\x03\"#\n\x11\x43onfigureResponse\x12\x0e\n\x06\x65vents\x18\x02 \x01(\x05\"\x87\x01\n\x12SynchronizeRequest\x12.\n\x04pods\x18\x01 \x03(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x33\n\ncontainers\x18\x02 \x03(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\x12\x0c\n\x04more\x18\x03 \x01(\x08\"Z\n\x13SynchronizeResponse\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x0c\n\x04more\x18\x02 \x01(\x08\"{\n\x16\x43reateContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\xc3\x01\n\x17\x43reateContainerResponse\x12\x39\n\x06\x61\x64just\x18\x01 \x01(\x0b\x32).nri.pkg.api.v1alpha1.ContainerAdjustment\x12\x35\n\x06update\x18\x02 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x36\n\x05\x65vict\x18\x03 \x03(\x0b\x32\'.nri.pkg.api.v1alpha1.ContainerEviction\"{\n\x16UpdateContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\x88\x01\n\x17UpdateContainerResponse\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x36\n\x05\x65vict\x18\x02 \x03(\x0b\x32\'.nri.pkg.api.v1alpha1.ContainerEviction\"y\n\x14StopContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"N\n\x15StopContainerResponse\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\"\xa1\x01\n\x10StateChangeEvent\x12*\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x1b.nri.pkg.api.v1alpha1.Event\x12-\n\x03pod\x18\x02 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x03 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\xd5\x02\n\nPodSandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12<\n\x06labels\x18\x05 \x03(\x0b\x32,.nri.pkg.api.v1alpha1.PodSandbox.LabelsEntry\x12\x46\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32\x31.nri.pkg.api.v1alpha1.PodSandbox.AnnotationsEntry\x12\x17\n\x0fruntime_handler\x18\x07 \x01(\t\x12\x0b\n\x03pid\x18\t \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe3\x03\n\tContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x33\n\x05state\x18\x04 \x01(\x0e\x32$.nri.pkg.api.v1alpha1.ContainerState\x12;\n\x06labels\x18\x05 \x03(\x0b\x32+.nri.pkg.api.v1alpha1.Container.LabelsEntry\x12\x45\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32\x30.nri.pkg.api.v1alpha1.Container.AnnotationsEntry\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\x0b\n\x03\x65nv\x18\x08 \x03(\t\x12+\n\x06mounts\x18\t \x03(\x0b\x32\x1b.nri.pkg.api.v1alpha1.Mount\x12\x33\n\x05linux\x18\x0b \x01(\x0b\x32$.nri.pkg.api.v1alpha1.LinuxContainer\x12\x0b\n\x03pid\x18\x0c \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\x05Mount\x12\x13\n\x0b\x64\x65stination\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0f\n\x07options\x18\x04 \x03(\t\"Z\n\x0eLinuxContainer\x12\x32\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32!.nri.pkg.api.v1alpha1.LinuxDevice\x12\x14\n\x0c\x63groups_path\x18\x05 \x01(\t\"\xe8\x01\n\x0bLinuxDevice\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05major\x18\x03 \x01(\x03\x12\r\n\x05minor\x18\x04 \x01(\x03\x12\x39\n\tfile_mode\x18\x05 \x01(\x0b\x32&.nri.pkg.api.v1alpha1.OptionalFileMode\x12\x31\n\x03uid\x18\x06 \x01(\x0b\x32$.nri.pkg.api.v1alpha1.OptionalUInt32\x12\x31\n\x03gid\x18\x07 \x01(\x0b\x32$.nri.pkg.api.v1alpha1.OptionalUInt32\"\xb3\x02\n\x13\x43ontainerAdjustment\x12O\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32:.nri.pkg.api.v1alpha1.ContainerAdjustment.AnnotationsEntry\x12+\n\x06mounts\x18\x03 \x03(\x0b\x32\x1b.nri.pkg.api.v1alpha1.Mount\x12+\n\x03\x65nv\x18\x04 \x03(\x0b\x32\x1e.nri.pkg.api.v1alpha1.KeyValue\x12=\n\x05linux\x18\x06 \x01(\x0b\x32..nri.pkg.api.v1alpha1.LinuxContainerAdjustment\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x18LinuxContainerAdjustment\x12\x32\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32!.nri.pkg.api.v1alpha1.LinuxDevice\x12\x14\n\x0c\x63groups_path\x18\x03 \x01(\t\"?\n\x0f\x43ontainerUpdate\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x16\n\x0eignore_failure\x18\x03 \x01(\x08\"9\n\x11\x43ontainerEviction\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\x1f\n\x0eOptionalUInt32\x12\r\n\x05value\x18\x01 \x01(\r\"!\n\x10OptionalFileMode\x12\r\n\x05value\x18\x01 \x01(\r*\x9c\x02\n\x05\x45vent\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x13\n\x0fRUN_POD_SANDBOX\x10\x01\x12\x14\n\x10STOP_POD_SANDBOX\x10\x02\x12\x16\n\x12REMOVE_POD_SANDBOX\x10\x03\x12\x14\n\x10\x43REATE_CONTAINER\x10\x04\x12\x19\n\x15POST_CREATE_CONTAINER\x10\x05\x12\x13\n\x0fSTART_CONTAINER\x10\x06\x12\x18\n\x14POST_START_CONTAINER\x10\x07\x12\x14\n\x10UPDATE_CONTAINER\x10\x08\x12\x19\n\x15POST_UPDATE_CONTAINER\x10\t\x12\x12\n\x0eSTOP_CONTAINER\x10\n\x12\x14\n\x10REMOVE_CONTAINER\x10\x0b\x12\x08\n\x04LAST\x10\x0c*\x82\x01\n\x0e\x43ontainerState\x12\x15\n\x11\x43ONTAINER_UNKNOWN\x10\x00\x12\x15\n\x11\x43ONTAINER_CREATED\x10\x01\x12\x14\n\x10\x43ONTAINER_PAUSED\x10\x02\x12\x15\n\x11\x43ONTAINER_RUNNING\x10\x03\x12\x15\n\x11\x43ONTAINER_STOPPED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tnri.proto\x12\x14nri.pkg.api.v1alpha1\"\x07\n\x05\x45mpty\"@\n\x15RegisterPluginRequest\x12\x13\n\x0bplugin_name\x18\x01 \x01(\t\x12\x12\n\nplugin_idx\x18\x02 \x01(\t\"\x88\x01\n\x17UpdateContainersRequest\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x36\n\x05\x65vict\x18\x02 \x03(\x0b\x32\'.nri.pkg.api.v1alpha1.ContainerEviction\"Q\n\x18UpdateContainersResponse\x12\x35\n\x06\x66\x61iled\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\"\x88\x01\n\x10\x43onfigureRequest\x12\x0e\n\x06\x63onfig\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1c\n\x14registration_timeout\x18\x04 \x01(\x03\x12\x17\n\x0frequest_timeout\x18\x05 \x01(\x03\"#\n\x11\x43onfigureResponse\x12\x0e\n\x06\x65vents\x18\x02 \x01(\x05\"\x87\x01\n\x12SynchronizeRequest\x12.\n\x04pods\x18\x01 \x03(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x33\n\ncontainers\x18\x02 \x03(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\x12\x0c\n\x04more\x18\x03 \x01(\x08\"Z\n\x13SynchronizeResponse\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x0c\n\x04more\x18\x02 \x01(\x08\"{\n\x16\x43reateContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\xc3\x01\n\x17\x43reateContainerResponse\x12\x39\n\x06\x61\x64just\x18\x01 \x01(\x0b\x32).nri.pkg.api.v1alpha1.ContainerAdjustment\x12\x35\n\x06update\x18\x02 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x36\n\x05\x65vict\x18\x03 \x03(\x0b\x32\'.nri.pkg.api.v1alpha1.ContainerEviction\"{\n\x16UpdateContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\x88\x01\n\x17UpdateContainerResponse\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\x12\x36\n\x05\x65vict\x18\x02 \x03(\x0b\x32\'.nri.pkg.api.v1alpha1.ContainerEviction\"y\n\x14StopContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"N\n\x15StopContainerResponse\x12\x35\n\x06update\x18\x01 \x03(\x0b\x32%.nri.pkg.api.v1alpha1.ContainerUpdate\"\xa1\x01\n\x10StateChangeEvent\x12*\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x1b.nri.pkg.api.v1alpha1.Event\x12-\n\x03pod\x18\x02 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x03 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"H\n\x17RemovePodSandboxRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\"{\n\x16RemoveContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\xd5\x02\n\nPodSandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12<\n\x06labels\x18\x05 \x03(\x0b\x32,.nri.pkg.api.v1alpha1.PodSandbox.LabelsEntry\x12\x46\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32\x31.nri.pkg.api.v1alpha1.PodSandbox.AnnotationsEntry\x12\x17\n\x0fruntime_handler\x18\x07 \x01(\t\x12\x0b\n\x03pid\x18\t \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe3\x03\n\tContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x33\n\x05state\x18\x04 \x01(\x0e\x32$.nri.pkg.api.v1alpha1.ContainerState\x12;\n\x06labels\x18\x05 \x03(\x0b\x32+.nri.pkg.api.v1alpha1.Container.LabelsEntry\x12\x45\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32\x30.nri.pkg.api.v1alpha1.Container.AnnotationsEntry\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\x0b\n\x03\x65nv\x18\x08 \x03(\t\x12+\n\x06mounts\x18\t \x03(\x0b\x32\x1b.nri.pkg.api.v1alpha1.Mount\x12\x33\n\x05linux\x18\x0b \x01(\x0b\x32$.nri.pkg.api.v1alpha1.LinuxContainer\x12\x0b\n\x03pid\x18\x0c \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\x05Mount\x12\x13\n\x0b\x64\x65stination\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0f\n\x07options\x18\x04 \x03(\t\"Z\n\x0eLinuxContainer\x12\x32\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32!.nri.pkg.api.v1alpha1.LinuxDevice\x12\x14\n\x0c\x63groups_path\x18\x05 \x01(\t\"\xe8\x01\n\x0bLinuxDevice\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05major\x18\x03 \x01(\x03\x12\r\n\x05minor\x18\x04 \x01(\x03\x12\x39\n\tfile_mode\x18\x05 \x01(\x0b\x32&.nri.pkg.api.v1alpha1.OptionalFileMode\x12\x31\n\x03uid\x18\x06 \x01(\x0b\x32$.nri.pkg.api.v1alpha1.OptionalUInt32\x12\x31\n\x03gid\x18\x07 \x01(\x0b\x32$.nri.pkg.api.v1alpha1.OptionalUInt32\"\xb3\x02\n\x13\x43ontainerAdjustment\x12O\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32:.nri.pkg.api.v1alpha1.ContainerAdjustment.AnnotationsEntry\x12+\n\x06mounts\x18\x03 \x03(\x0b\x32\x1b.nri.pkg.api.v1alpha1.Mount\x12+\n\x03\x65nv\x18\x04 \x03(\x0b\x32\x1e.nri.pkg.api.v1alpha1.KeyValue\x12=\n\x05linux\x18\x06 \x01(\x0b\x32..nri.pkg.api.v1alpha1.LinuxContainerAdjustment\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x18LinuxContainerAdjustment\x12\x32\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32!.nri.pkg.api.v1alpha1.LinuxDevice\x12\x14\n\x0c\x63groups_path\x18\x03 \x01(\t\"?\n\x0f\x43ontainerUpdate\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x16\n\x0eignore_failure\x18\x03 \x01(\x08\"9\n\x11\x43ontainerEviction\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\x1f\n\x0eOptionalUInt32\x12\r\n\x05value\x18\x01 \x01(\r\"!\n\x10OptionalFileMode\x12\r\n\x05value\x18\x01 \x01(\r*\x9c\x02\n\x05\x45vent\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x13\n\x0fRUN_POD_SANDBOX\x10\x01\x12\x14\n\x10STOP_POD_SANDBOX\x10\x02\x12\x16\n\x12REMOVE_POD_SANDBOX\x10\x03\x12\x14\n\x10\x43REATE_CONTAINER\x10\x04\x12\x19\n\x15POST_CREATE_CONTAINER\x10\x05\x12\x13\n\x0fSTART_CONTAINER\x10\x06\x12\x18\n\x14POST_START_CONTAINER\x10\x07\x12\x14\n\x10UPDATE_CONTAINER\x10\x08\x12\x19\n\x15POST_UPDATE_CONTAINER\x10\t\x12\x12\n\x0eSTOP_CONTAINER\x10\n\x12\x14\n\x10REMOVE_CONTAINER\x10\x0b\x12\x08\n\x04LAST\x10\x0c*\x82\x01\n\x0e\x43ontainerState\x12\x15\n\x11\x43ONTAINER_UNKNOWN\x10\x00\x12\x15\n\x11\x43ONTAINER_CREATED\x10\x01\x12\x14\n\x10\x43ONTAINER_PAUSED\x10\x02\x12\x15\n\x11\x43ONTAINER_RUNNING\x10\x03\x12\x15\n\x11\x43ONTAINER_STOPPED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,10 +41,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_options = b'8\001'
   _globals['_CONTAINERADJUSTMENT_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_CONTAINERADJUSTMENT_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_EVENT']._serialized_start=3571
-  _globals['_EVENT']._serialized_end=3855
-  _globals['_CONTAINERSTATE']._serialized_start=3858
-  _globals['_CONTAINERSTATE']._serialized_end=3988
+  _globals['_EVENT']._serialized_start=3770
+  _globals['_EVENT']._serialized_end=4054
+  _globals['_CONTAINERSTATE']._serialized_start=4057
+  _globals['_CONTAINERSTATE']._serialized_end=4187
   _globals['_EMPTY']._serialized_start=35
   _globals['_EMPTY']._serialized_end=42
   _globals['_REGISTERPLUGINREQUEST']._serialized_start=44
@@ -75,38 +75,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STOPCONTAINERRESPONSE']._serialized_end=1526
   _globals['_STATECHANGEEVENT']._serialized_start=1529
   _globals['_STATECHANGEEVENT']._serialized_end=1690
-  _globals['_PODSANDBOX']._serialized_start=1693
-  _globals['_PODSANDBOX']._serialized_end=2034
-  _globals['_PODSANDBOX_LABELSENTRY']._serialized_start=1937
-  _globals['_PODSANDBOX_LABELSENTRY']._serialized_end=1982
-  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_start=1984
-  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_end=2034
-  _globals['_CONTAINER']._serialized_start=2037
-  _globals['_CONTAINER']._serialized_end=2520
-  _globals['_CONTAINER_LABELSENTRY']._serialized_start=1937
-  _globals['_CONTAINER_LABELSENTRY']._serialized_end=1982
-  _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_start=1984
-  _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_end=2034
-  _globals['_MOUNT']._serialized_start=2522
-  _globals['_MOUNT']._serialized_end=2597
-  _globals['_LINUXCONTAINER']._serialized_start=2599
-  _globals['_LINUXCONTAINER']._serialized_end=2689
-  _globals['_LINUXDEVICE']._serialized_start=2692
-  _globals['_LINUXDEVICE']._serialized_end=2924
-  _globals['_CONTAINERADJUSTMENT']._serialized_start=2927
-  _globals['_CONTAINERADJUSTMENT']._serialized_end=3234
-  _globals['_CONTAINERADJUSTMENT_ANNOTATIONSENTRY']._serialized_start=1984
-  _globals['_CONTAINERADJUSTMENT_ANNOTATIONSENTRY']._serialized_end=2034
-  _globals['_LINUXCONTAINERADJUSTMENT']._serialized_start=3236
-  _globals['_LINUXCONTAINERADJUSTMENT']._serialized_end=3336
-  _globals['_CONTAINERUPDATE']._serialized_start=3338
-  _globals['_CONTAINERUPDATE']._serialized_end=3401
-  _globals['_CONTAINEREVICTION']._serialized_start=3403
-  _globals['_CONTAINEREVICTION']._serialized_end=3460
-  _globals['_KEYVALUE']._serialized_start=3462
-  _globals['_KEYVALUE']._serialized_end=3500
-  _globals['_OPTIONALUINT32']._serialized_start=3502
-  _globals['_OPTIONALUINT32']._serialized_end=3533
-  _globals['_OPTIONALFILEMODE']._serialized_start=3535
-  _globals['_OPTIONALFILEMODE']._serialized_end=3568
+  _globals['_REMOVEPODSANDBOXREQUEST']._serialized_start=1692
+  _globals['_REMOVEPODSANDBOXREQUEST']._serialized_end=1764
+  _globals['_REMOVECONTAINERREQUEST']._serialized_start=1766
+  _globals['_REMOVECONTAINERREQUEST']._serialized_end=1889
+  _globals['_PODSANDBOX']._serialized_start=1892
+  _globals['_PODSANDBOX']._serialized_end=2233
+  _globals['_PODSANDBOX_LABELSENTRY']._serialized_start=2136
+  _globals['_PODSANDBOX_LABELSENTRY']._serialized_end=2181
+  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_start=2183
+  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_end=2233
+  _globals['_CONTAINER']._serialized_start=2236
+  _globals['_CONTAINER']._serialized_end=2719
+  _globals['_CONTAINER_LABELSENTRY']._serialized_start=2136
+  _globals['_CONTAINER_LABELSENTRY']._serialized_end=2181
+  _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_start=2183
+  _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_end=2233
+  _globals['_MOUNT']._serialized_start=2721
+  _globals['_MOUNT']._serialized_end=2796
+  _globals['_LINUXCONTAINER']._serialized_start=2798
+  _globals['_LINUXCONTAINER']._serialized_end=2888
+  _globals['_LINUXDEVICE']._serialized_start=2891
+  _globals['_LINUXDEVICE']._serialized_end=3123
+  _globals['_CONTAINERADJUSTMENT']._serialized_start=3126
+  _globals['_CONTAINERADJUSTMENT']._serialized_end=3433
+  _globals['_CONTAINERADJUSTMENT_ANNOTATIONSENTRY']._serialized_start=2183
+  _globals['_CONTAINERADJUSTMENT_ANNOTATIONSENTRY']._serialized_end=2233
+  _globals['_LINUXCONTAINERADJUSTMENT']._serialized_start=3435
+  _globals['_LINUXCONTAINERADJUSTMENT']._serialized_end=3535
+  _globals['_CONTAINERUPDATE']._serialized_start=3537
+  _globals['_CONTAINERUPDATE']._serialized_end=3600
+  _globals['_CONTAINEREVICTION']._serialized_start=3602
+  _globals['_CONTAINEREVICTION']._serialized_end=3659
+  _globals['_KEYVALUE']._serialized_start=3661
+  _globals['_KEYVALUE']._serialized_end=3699
+  _globals['_OPTIONALUINT32']._serialized_start=3701
+  _globals['_OPTIONALUINT32']._serialized_end=3732
+  _globals['_OPTIONALFILEMODE']._serialized_start=3734
+  _globals['_OPTIONALFILEMODE']._serialized_end=3767
 # @@protoc_insertion_point(module_scope)

@@ -171,6 +171,20 @@ class StateChangeEvent(_message.Message):
     container: Container
     def __init__(self, event: _Optional[_Union[Event, str]] = ..., pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
 
+class RemovePodSandboxRequest(_message.Message):
+    __slots__ = ("pod",)
+    POD_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ...) -> None: ...
+
+class RemoveContainerRequest(_message.Message):
+    __slots__ = ("pod", "container")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    container: Container
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
 class PodSandbox(_message.Message):
     __slots__ = ("id", "name", "uid", "namespace", "labels", "annotations", "runtime_handler", "pid")
     class LabelsEntry(_message.Message):

@@ -175,6 +175,20 @@ def test_remove_container_event_forgets_the_source(runtime: FakeRuntime, running
     assert reply.code == FAILED_PRECONDITION
 
 
+def test_dedicated_v012_remove_rpcs_reach_the_plugin(
+    runtime: FakeRuntime, running: Running, injector: Injector
+) -> None:
+    pod = _pod(**DIND)
+    main = _ctr("c1", "main")
+    assert _create(runtime, pod, main).code == 0
+    assert runtime.call("RemoveContainer", nri_pb2.RemoveContainerRequest(pod=pod, container=main)).code == 0
+    assert "c1" not in injector.cache.snapshot.containers
+    assert runtime.call("RemovePodSandbox", nri_pb2.RemovePodSandboxRequest(pod=pod)).code == 0
+    assert "p1" not in injector.cache.snapshot.pods
+    # An event the plugin does not handle is still answered (it is simply not subscribed).
+    assert runtime.call("StartContainer", nri_pb2.RemoveContainerRequest(pod=pod, container=main)).code == 0
+
+
 def test_split_synchronize_is_collected(runtime: FakeRuntime, running: Running, injector: Injector) -> None:
     pod = _pod(**DIND)
     first = runtime.call("Synchronize", nri_pb2.SynchronizeRequest(pods=[pod], more=True))
@@ -189,7 +203,7 @@ def test_split_synchronize_is_collected(runtime: FakeRuntime, running: Running, 
 @pytest.mark.parametrize(
     ("service", "method", "needle"),
     [
-        ("nri.pkg.api.v1alpha1.Plugin", "RunPodSandbox", "method RunPodSandbox"),
+        ("nri.pkg.api.v1alpha1.Plugin", "PostUpdatePodSandbox", "method PostUpdatePodSandbox"),
         ("nri.pkg.api.v1alpha1.Plugin", "ValidateContainerAdjustment", "method ValidateContainerAdjustment"),
         ("some.Other", "Configure", "service some.Other"),
     ],
