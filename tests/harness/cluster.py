@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import http.client
 import json
 import os
@@ -406,21 +405,6 @@ def mounts_under(mountinfo: str, root: Path) -> list[str]:
     return list(reversed(found))
 
 
-def shim_socket(containerd_socket: Path, namespace: str, shim_id: str) -> Path:
-    """Where a containerd 2.x shim puts its socket (containerd core/runtime/v2/shim: SocketAddress)."""
-    digest = hashlib.sha256(str(containerd_socket.parent / namespace / shim_id).encode()).hexdigest()
-    return Path("/run/containerd/s") / digest
-
-
-def parse_shim_cmdline(argv: Sequence[str]) -> dict[str, str]:
-    """The -namespace / -id / -address flags of a containerd-shim-runc-v2 command line."""
-    out: dict[str, str] = {}
-    for i, arg in enumerate(argv[:-1]):
-        if arg in ("-namespace", "-id", "-address"):
-            out[arg.lstrip("-")] = argv[i + 1]
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Side effects: certificates, processes, mounts, cgroups.
 # ---------------------------------------------------------------------------------------------
@@ -747,13 +731,27 @@ class Cluster:
         self._stop("kubelet")
 
     def start_kubelet(self, wait: bool = True, timeout_s: float = 60.0) -> None:
+        """Start kubelet; with ``wait``, until it is healthy, has made a new kubelet.sock and the node is Ready."""
         if not self.saved_sysctls:
             self.saved_sysctls = read_sysctls()
         doc = kubelet_config_doc(self.layout, self.ports, self.cri_socket)
         self.layout.kubelet_config.write_text(yaml.safe_dump(doc))
+        started = time.time()
         self._spawn("kubelet", kubelet_args(self.binaries, self.layout))
-        if wait:
-            self.wait_node_ready(timeout_s)
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout_s
+        self._wait("kubelet healthz", self._kubelet_healthy, deadline)
+        sock = self.device_plugin_dir / "kubelet.sock"
+
+        def fresh_socket() -> bool:
+            # ctime, not the inode number: ext4 hands a freed inode number straight back.
+            with contextlib.suppress(OSError):
+                return sock.is_socket() and sock.stat().st_ctime >= started - 1
+            return False
+
+        self._wait("a new kubelet.sock", fresh_socket, deadline)
+        self.wait_node_ready(max(1.0, deadline - time.monotonic()))
 
     def restart_kubelet(self, timeout_s: float = 60.0) -> None:
         """Stop kubelet by PID and start it again (new process, same root dir); wait for Ready."""
@@ -767,6 +765,34 @@ class Cluster:
         self.containerd.restart()
         self._pids["containerd"] = self.containerd.pid or 0
         self.wait_node_ready(timeout_s)
+
+    def wait_for(self, what: str, ok: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        """Poll ``ok`` until true; ClusterError (with log tails) on timeout or if a component died."""
+        self._wait(what, ok, time.monotonic() + timeout_s)
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        """The pod as JSON, or None when it does not exist."""
+        try:
+            pod: dict[str, Any] = self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ClusterError as e:
+            if "HTTP 404" in str(e):
+                return None
+            raise
+        return pod
+
+    def wait_pod_phase(
+        self, name: str, phases: Sequence[str], namespace: str = "default", timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Wait until the pod's phase is one of ``phases``; return the pod."""
+        seen: dict[str, Any] = {}
+
+        def reached() -> bool:
+            seen["pod"] = self.pod(name, namespace)
+            return seen["pod"] is not None and seen["pod"].get("status", {}).get("phase") in phases
+
+        self.wait_for(f"pod {namespace}/{name} in {'/'.join(phases)}", reached, timeout_s)
+        pod: dict[str, Any] = seen["pod"]
+        return pod
 
     def wait_node_ready(self, timeout_s: float = 60.0) -> None:
         def ready() -> bool:
@@ -832,6 +858,16 @@ class Cluster:
                 tails = "\n".join(f"--- {n}:\n{self.log_tail(n, 10)}" for n in self._procs)
                 raise ClusterError(f"timed out waiting for {what}; logs in {self.layout.logs}\n{tails}")
             time.sleep(0.2)
+
+    def _kubelet_healthy(self) -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", self.ports.kubelet_healthz, timeout=2)
+        try:
+            conn.request("GET", "/healthz")
+            return conn.getresponse().read() == b"ok"
+        except OSError:
+            return False
+        finally:
+            conn.close()
 
     def _apiserver_ready(self) -> bool:
         try:

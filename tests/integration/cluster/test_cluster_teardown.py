@@ -1,0 +1,74 @@
+"""`make cluster-up` / `make cluster-down` (the CLI behind them) leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness.cluster import Binaries, ClusterUnavailable, cache_dir, leftovers, read_sysctls
+from tests.harness.images import BUSYBOX_IMAGE
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def cli(action: str, root: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tests.harness.cluster", action, "--root", str(root)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO, check=False)
+
+
+@pytest.mark.slow
+def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the cluster needs root (mounts, cgroups); run `sudo make test`")
+    try:
+        kubectl = Binaries.find(cache_dir()).kubectl
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+    root = Path(tempfile.mkdtemp(prefix="gs-kt", dir="/tmp"))
+    sysctls = read_sysctls()
+    t0 = time.monotonic()
+    up = cli("up", root)
+    try:
+        assert up.returncode == 0, up.stderr
+        started = time.monotonic() - t0
+        assert f"export KUBECONFIG={root / 'kubeconfig'}" in up.stdout.splitlines()
+        # A running pod gives the teardown real work: a shim, a token tmpfs, pod cgroups.
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "busy"},
+            "spec": {
+                "hostNetwork": True,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", "sleep 3600"],
+                    }
+                ],
+            },
+        }
+        k = [str(kubectl), f"--kubeconfig={root / 'kubeconfig'}"]
+        subprocess.run([*k, "apply", "-f", "-"], input=json.dumps(pod), check=True, capture_output=True, text=True)
+        subprocess.run(
+            [*k, "wait", "--for=condition=Ready", "pod/busy", "--timeout=60s"], check=True, capture_output=True
+        )
+        before = leftovers(root)
+        # The check below must be able to fail: it sees every kind of thing while the cluster runs.
+        for kind in ("process", "mount", "cgroup"):
+            assert any(item.startswith(kind) for item in before), (kind, before)
+    finally:
+        down = cli("down", root)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(root) == []
+    assert not root.exists()
+    assert read_sysctls() == sysctls, "kubelet's sysctl changes were not put back"
+    print(f"cluster up (CLI, cached binaries) in {started:.1f} s")
