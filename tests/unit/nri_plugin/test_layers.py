@@ -1,0 +1,45 @@
+"""Decision code never imports transport, protobuf, threads or the clock (style §2.2)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[3] / "nri_plugin"
+PURE = ["decide.py", "model.py", "oracle.py"]
+ALLOWED = {
+    "__future__",
+    "collections",
+    "contextlib",
+    "dataclasses",
+    "posixpath",
+    "typing",
+    "gpushare",
+    "nri_plugin.model",
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_decision_modules_import_only_pure_modules(name: str) -> None:
+    bad = {m for m in _imports(PKG / name) if not any(m == a or m.startswith(a + ".") for a in ALLOWED)}
+    assert not bad, f"nri_plugin/{name} imports {sorted(bad)}"
+
+
+def test_transport_knows_nothing_of_nri() -> None:
+    for path in (PKG / "transport").glob("*.py"):
+        mods = _imports(path)
+        assert not {m for m in mods if m.startswith(("nri_plugin.decide", "nri_plugin.stub", "gpushare.codecs"))}
+        assert "nri_plugin._pb.nri_pb2" not in mods
