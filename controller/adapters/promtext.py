@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 __all__ = ["ParsedText", "Sample", "parse_text"]
 
@@ -81,23 +81,17 @@ def _parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def _parse_number(text: str) -> float:
-    # float() also takes "1_000" and surrounding whitespace; the exposition format takes neither.
-    if "_" in text:
-        raise _BadLine(f"non-numeric value {text[:40]!r}")
-    try:
-        return float(text)
-    except ValueError:
-        raise _BadLine(f"non-numeric value {text[:40]!r}") from None
+_N = TypeVar("_N", int, float)
 
 
-def _parse_timestamp(text: str) -> int:
-    if "_" in text:
-        raise _BadLine(f"timestamp is not an integer: {text[:40]!r}")
-    try:
-        return int(text)
-    except ValueError:
-        raise _BadLine(f"timestamp is not an integer: {text[:40]!r}") from None
+def _parse_number(text: str, kind: type[_N], what: str) -> _N:
+    # float() and int() also take "1_000"; the exposition format does not.
+    if "_" not in text:
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise _BadLine(f"{what}: {text[:40]!r}")
 
 
 def parse_text(text: str) -> ParsedText:
@@ -141,8 +135,8 @@ def parse_text(text: str) -> ParsedText:
                 raise _BadLine("no value")
             if len(rest) > 2:
                 raise _BadLine("extra fields after the timestamp")
-            value = _parse_number(rest[0])
-            timestamp = _parse_timestamp(rest[1]) if len(rest) == 2 else None
+            value = _parse_number(rest[0], float, "non-numeric value")
+            timestamp = _parse_number(rest[1], int, "timestamp is not an integer") if len(rest) == 2 else None
         except _BadLine as exc:
             bad += 1
             if len(examples) < MAX_BAD_EXAMPLES:
