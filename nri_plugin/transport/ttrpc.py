@@ -25,8 +25,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TypeVar
 
 from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as _ProtoMessage
 
 from nri_plugin._pb import ttrpc_pb2
 from nri_plugin.errors import (
@@ -44,6 +46,8 @@ HEADER = struct.Struct(">IIBB")
 HEADER_SIZE = HEADER.size  # 10
 MAX_MESSAGE = 4 << 20
 MAX_RECV_MESSAGE = 16 << 20
+
+_M = TypeVar("_M", bound=_ProtoMessage)
 
 TYPE_REQUEST = 0x01
 TYPE_RESPONSE = 0x02
@@ -108,22 +112,20 @@ class MessageDecoder:
         return out
 
 
-def decode_request(data: bytes) -> ttrpc_pb2.Request:
-    req = ttrpc_pb2.Request()
+def _decode(msg: _M, data: bytes, what: str) -> _M:
     try:
-        req.ParseFromString(data)
+        msg.ParseFromString(data)
     except (DecodeError, ValueError, RecursionError) as exc:
-        raise ProtocolError(f"gpushare: undecodable ttrpc request ({exc})") from exc
-    return req
+        raise ProtocolError(f"gpushare: undecodable ttrpc {what} ({exc})") from exc
+    return msg
+
+
+def decode_request(data: bytes) -> ttrpc_pb2.Request:
+    return _decode(ttrpc_pb2.Request(), data, "request")
 
 
 def decode_response(data: bytes) -> ttrpc_pb2.Response:
-    resp = ttrpc_pb2.Response()
-    try:
-        resp.ParseFromString(data)
-    except (DecodeError, ValueError, RecursionError) as exc:
-        raise ProtocolError(f"gpushare: undecodable ttrpc response ({exc})") from exc
-    return resp
+    return _decode(ttrpc_pb2.Response(), data, "response")
 
 
 def encode_response(payload: bytes = b"", code: int = 0, message: str = "") -> bytes:

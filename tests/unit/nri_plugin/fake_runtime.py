@@ -119,18 +119,8 @@ class FakeRuntime:
     def serve_socket(self, conn: socket.socket) -> None:
         """Pre-connected mode: speak over one end of a socketpair instead of listening."""
         self._stop.clear()
-
-        def serve() -> None:
-            self.accepts += 1
-            self._conn = conn
-            conn.settimeout(0.1)
-            try:
-                self._read(conn)
-            finally:
-                conn.close()
-                self._conn = None
-
-        self._thread = threading.Thread(target=serve, name="gpushare-test-fakeruntime", daemon=True)
+        self._thread = threading.Thread(target=self._serve_conn, args=(conn,), name="gpushare-test-fakeruntime")
+        self._thread.daemon = True
         self._thread.start()
 
     def _serve(self) -> None:
@@ -142,18 +132,21 @@ class FakeRuntime:
                 continue
             except OSError:
                 return
-            self.accepts += 1
-            self._conn = conn
-            self._buf = {1: bytearray(), 2: bytearray()}
-            self._next_sid = 1
-            self.ready.clear()
-            self.registered.clear()
-            conn.settimeout(0.1)
-            try:
-                self._read(conn)
-            finally:
-                conn.close()
-                self._conn = None
+            self._serve_conn(conn)
+
+    def _serve_conn(self, conn: socket.socket) -> None:
+        self.accepts += 1
+        self._conn = conn
+        self._buf = {1: bytearray(), 2: bytearray()}
+        self._next_sid = 1
+        self.ready.clear()
+        self.registered.clear()
+        conn.settimeout(0.1)
+        try:
+            self._read(conn)
+        finally:
+            conn.close()
+            self._conn = None
 
     def _read(self, conn: socket.socket) -> None:
         pending = b""
