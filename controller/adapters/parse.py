@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from controller.adapters.base import adapter_class, adapter_names, get_adapter
+from controller.adapters.base import GpuAdapter, adapter_class, adapter_names, get_adapter
 from controller.adapters.model import DeviceMetrics, ParseResult
 from controller.adapters.promtext import parse_text
 
@@ -18,9 +18,14 @@ AUTO = "auto"
 MAX_NAMES_SHOWN = 8
 
 
-def detect_vendors(metric_names: Collection[str]) -> tuple[str, ...]:
+def _adapter_for(name: str, prefix: str | None) -> GpuAdapter:
+    # In auto mode a prefix is meant for whichever detected vendor takes one.
+    return get_adapter(name, prefix=prefix if adapter_class(name).prefixable else None)
+
+
+def detect_vendors(metric_names: Collection[str], prefix: str | None = None) -> tuple[str, ...]:
     """Every registered vendor whose exporter families appear, in registry order."""
-    return tuple(name for name in adapter_names() if get_adapter(name).claims(metric_names))
+    return tuple(name for name in adapter_names() if _adapter_for(name, prefix).claims(metric_names))
 
 
 def parse_metrics(text: str, vendor: str = AUTO, prefix: str | None = None) -> ParseResult:
@@ -35,12 +40,12 @@ def parse_metrics(text: str, vendor: str = AUTO, prefix: str | None = None) -> P
         adapter_class(vendor)  # refuse an unknown name before reading anything
     parsed = parse_text(text)
     names = {s.name for s in parsed.samples}
-    vendors = detect_vendors(names) if vendor == AUTO else (vendor,)
+    vendors = detect_vendors(names, prefix) if vendor == AUTO else (vendor,)
     devices: list[DeviceMetrics] = []
     unattributed = 0
     warnings: list[str] = []
     for name in vendors:
-        adapter = get_adapter(name, prefix=prefix if vendor != AUTO or adapter_class(name).prefixable else None)
+        adapter = get_adapter(name, prefix=prefix) if vendor != AUTO else _adapter_for(name, prefix)
         out = adapter.devices(parsed.samples)
         devices.extend(out.devices)
         unattributed += out.unattributed_samples

@@ -265,6 +265,8 @@ def test_cambricon_custom_prefix() -> None:
     text = f"cam_utilization{{{mlu(0)}}} 44\n"
     assert parse_metrics(text).vendors == ()
     assert one(text, vendor="cambricon", prefix="cam").utilization_pct == 44.0
+    # In auto mode the prefix goes to the vendors that take one, so detection finds it too.
+    assert one(text, prefix="cam").vendor == "cambricon"
 
 
 # ---- Hygon, Iluvatar, MetaX, Kunlunxin --------------------------------------------------------
