@@ -65,6 +65,17 @@ def unix_target(path: str) -> str:
     return "unix:" + path
 
 
+# grpcio shares subchannels between channels to one target process-wide: a new channel to a
+# socket path would inherit the reconnect back-off (~1 s) of an older channel that failed on
+# a since-deleted socket at that path. Each dial here is fresh, like a Go grpc.Dial.
+CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
+
+
+def dial(path: str) -> grpc.Channel:
+    """A fresh channel to a unix socket (see ``CHANNEL_OPTIONS``)."""
+    return grpc.insecure_channel(unix_target(path), options=CHANNEL_OPTIONS)
+
+
 def socket_identity(path: str) -> tuple[int, int, int] | None:
     """(device, inode, ctime) of a socket file, or None when absent: a recreated file differs."""
     try:
@@ -214,12 +225,17 @@ class DevicePluginServer:
         with self._run_lock:
             self._run = run
         # kubelet dials us during Register: prove the socket answers first (serve, then register).
-        with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
+        # A real RPC, not channel_ready_future: that one polls connectivity every 200 ms.
+        with dial(self.socket_path) as channel:
+            stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+            probe = stub.GetDevicePluginOptions.future(
+                api_pb2.Empty(), timeout=self.dial_timeout_s, wait_for_ready=True
+            )
             try:
-                self._await(grpc.channel_ready_future(channel), self.dial_timeout_s, "dialling it ourselves")
-            except grpc.FutureTimeoutError as exc:
+                self._await(probe, self.dial_timeout_s + 1.0, "dialling it ourselves")
+            except (grpc.FutureTimeoutError, grpc.RpcError) as exc:
                 self.stop_serving()
-                reason = f"our own socket did not answer within {self.dial_timeout_s}s"
+                reason = f"our own socket did not answer within {self.dial_timeout_s}s ({exc})"
                 raise SocketError(self.socket_path, reason) from exc
             except SocketReplaced:
                 self.stop_serving()
@@ -250,7 +266,7 @@ class DevicePluginServer:
         request = api_pb2.RegisterRequest(
             version=API_VERSION, endpoint=self.endpoint, resource_name=self.resource, options=self.options()
         )
-        with grpc.insecure_channel(unix_target(kubelet_socket)) as channel:
+        with dial(kubelet_socket) as channel:
             stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             future = stub.Register.future(request, timeout=timeout_s, wait_for_ready=False)
             try:

@@ -22,7 +22,7 @@ import grpc
 from deviceplugins._pb import api_pb2, api_pb2_grpc
 from deviceplugins.errors import SocketError
 from deviceplugins.policies import HEALTHY, Device
-from deviceplugins.server import job_name_for, unix_target
+from deviceplugins.server import dial, job_name_for
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def _to_devices(msg: api_pb2.ListAndWatchResponse) -> tuple[Device, ...]:
 
 def read_plugin(socket_path: str, timeout_s: float = 5.0) -> PluginSnapshot:
     """Dial a plugin socket, read its options and its first (full) device list."""
-    with grpc.insecure_channel(unix_target(socket_path)) as channel:
+    with dial(socket_path) as channel:
         stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
         try:
             options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=timeout_s)
@@ -120,7 +120,7 @@ class VendorWatch:
     def _follow_once(self) -> bool:
         """One stream; True if it delivered at least one list before ending."""
         got_any = False
-        with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
+        with dial(self.socket_path) as channel:
             stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
             call = stub.ListAndWatch(api_pb2.Empty(), timeout=self._resync_s)
             with self._call_lock:

@@ -15,8 +15,10 @@ It does what kubelet's device manager does (device-plugin-api.md §3 to §6), an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import stat
 import threading
 import time
@@ -29,6 +31,9 @@ import grpc
 
 from deviceplugins._pb import api_pb2, api_pb2_grpc
 
+# kubelet's Go grpc.Dial never shares a connection with an earlier dial of the same path;
+# grpcio would (global subchannel pool), inheriting a dead socket's reconnect back-off.
+_FRESH = [("grpc.use_local_subchannel_pool", 1)]
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -58,6 +63,8 @@ class KubeletPeer:
         self.socket = os.path.join(plugin_dir, "kubelet.sock")
         self.registrations: list[Registration] = []
         self.refusals: list[str] = []
+        self.started_at = 0.0  # monotonic time the current kubelet.sock began serving
+        self._stopping = threading.Event()
         self._clients: dict[str, list[_Client]] = {}
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
@@ -70,15 +77,19 @@ class KubeletPeer:
         os.makedirs(self.dir, exist_ok=True)
         if os.path.exists(self.socket):
             os.unlink(self.socket)
-        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpushare-kpeer-rpc")
+        # kubelet (Go) has no worker limit; a Register blocked dialling a wiped socket must not starve others.
+        self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gpushare-kpeer-rpc")
         server = grpc.server(self._executor)
         api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port("unix:" + self.socket)
+        self._stopping.clear()
         server.start()
+        self.started_at = time.monotonic()
         self._server = server
 
     def stop(self) -> None:
         """kubelet exits: its server and every client stream end."""
+        self._stopping.set()  # a Register still dialling its plugin gives up (the process is gone)
         if self._server is not None:
             self._server.stop(None).wait()
             self._server = None
@@ -95,14 +106,14 @@ class KubeletPeer:
         """kubelet restarts: stop, delete every socket in the directory, serve a new kubelet.sock."""
         self.stop()
         if wipe_dir:
-            for name in os.listdir(self.dir):
-                os.unlink(os.path.join(self.dir, name))
-            os.rmdir(self.dir)
+            shutil.rmtree(self.dir)
         else:
             for name in os.listdir(self.dir):
                 path = os.path.join(self.dir, name)
-                if stat.S_ISSOCK(os.lstat(path).st_mode):
-                    os.unlink(path)
+                # The plugins are live: a socket may vanish between listdir and unlink.
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISSOCK(os.lstat(path).st_mode):
+                        os.unlink(path)
         self.start()
 
     def _close_client(self, c: _Client) -> None:
@@ -121,9 +132,18 @@ class KubeletPeer:
         if not _RESOURCE.match(req.resource_name) or req.resource_name.startswith("kubernetes.io/"):
             self.refusals.append(f"resource {req.resource_name}")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {req.resource_name!r}")
-        channel = grpc.insecure_channel("unix:" + os.path.join(self.dir, req.endpoint))
+        channel = grpc.insecure_channel("unix:" + os.path.join(self.dir, req.endpoint), options=_FRESH)
         try:
-            grpc.channel_ready_future(channel).result(timeout=10)
+            ready = grpc.channel_ready_future(channel)
+            deadline = time.monotonic() + 10  # kubelet's blocking dial timeout
+            while True:
+                try:
+                    ready.result(timeout=0.05)
+                    break
+                except grpc.FutureTimeoutError:
+                    if self._stopping.is_set() or time.monotonic() > deadline:
+                        ready.cancel()
+                        raise
             stub = api_pb2_grpc.DevicePluginStub(channel)
             options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
         except (grpc.FutureTimeoutError, grpc.RpcError) as exc:
@@ -216,7 +236,7 @@ class KubeletPeer:
 
     def _stub(self, resource: str) -> tuple[grpc.Channel, Any]:
         reg = self.registered(resource)[-1]
-        channel = grpc.insecure_channel("unix:" + os.path.join(self.dir, reg.endpoint))
+        channel = grpc.insecure_channel("unix:" + os.path.join(self.dir, reg.endpoint), options=_FRESH)
         return channel, api_pb2_grpc.DevicePluginStub(channel)
 
     def allocate(self, resource: str, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
