@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.harness.cri import CriClient, CriError
-from tests.harness.images import BUSYBOX_IMAGE, PAUSE_IMAGE, ensure_images
+from tests.harness.images import PAUSE_IMAGE, ensure_images
 
 VERSIONS = ("1.7.24", "2.x")
 RUNC = Path("/usr/sbin/runc")
@@ -296,9 +296,10 @@ class Containerd:
             )
         self._wait_ready(timeout_s)
         if self._import_images:
-            for image in ensure_images():
+            images = ensure_images()
+            for image in images:
                 self.ctr("images", "import", "--no-unpack", str(image.path))
-            self._wait_cri_image(BUSYBOX_IMAGE, timeout_s)
+            self._wait_cri_images([image.name for image in images], timeout_s)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop containerd by PID (SIGTERM, then SIGKILL); its shims and containers keep running."""
@@ -381,14 +382,15 @@ class Containerd:
             time.sleep(0.05)
         raise self._fail(f"not ready after {timeout_s} s")
 
-    def _wait_cri_image(self, image: str, timeout_s: float) -> None:
-        """CRI learns imported images from events; wait until it sees ours (else CreateContainer pulls)."""
+    def _wait_cri_images(self, images: list[str], timeout_s: float) -> None:
+        """CRI learns imported images from events; wait until it knows ours (else it tries to pull them)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if image in self.ctr("images", "ls", "-q"):
-                return
-            time.sleep(0.05)
-        raise self._fail(f"never listed the imported image {image}")
+        with CriClient(self.address) as cri:
+            for image in images:
+                while not cri.has_image(image):
+                    if time.monotonic() > deadline:
+                        raise self._fail(f"CRI never listed the imported image {image}")
+                    time.sleep(0.02)
 
     def _remove_all_pods(self) -> None:
         try:

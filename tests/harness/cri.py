@@ -73,6 +73,7 @@ class CriClient:
             f"unix://{address}", options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
         )
         self._rt = pb_grpc.RuntimeServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._img = pb_grpc.ImageServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._cgroup_parent = cgroup_parent
         self._timeout_s = timeout_s
 
@@ -88,8 +89,9 @@ class CriClient:
         self.close()
 
     def _call(self, method: str, request: object, timeout_s: float | None = None) -> object:
+        service = self._img if method.startswith("Image") else self._rt
         try:
-            return getattr(self._rt, method)(request, timeout=timeout_s or self._timeout_s)
+            return getattr(service, method)(request, timeout=timeout_s or self._timeout_s)
         except grpc.RpcError as exc:
             raise CriError(method, exc.code(), exc.details() or "") from exc
 
@@ -98,6 +100,12 @@ class CriClient:
         resp = self._call("Version", pb.VersionRequest(version="v1"), timeout_s)
         assert isinstance(resp, pb.VersionResponse)
         return resp
+
+    def has_image(self, image: str) -> bool:
+        """Whether the CRI image store knows `image` (it learns of `ctr import`s asynchronously)."""
+        resp = self._call("ImageStatus", pb.ImageStatusRequest(image=pb.ImageSpec(image=image)))
+        assert isinstance(resp, pb.ImageStatusResponse)
+        return bool(resp.image.id)
 
     # --- pods ---------------------------------------------------------------------------------
     def pod_config(
@@ -165,9 +173,11 @@ class CriClient:
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         pod: Pod | None = None,
+        attempt: int = 0,
     ) -> pb.ContainerConfig:
+        """`attempt` is kubelet's restart counter: the same name may be created again with a new one."""
         config = pb.ContainerConfig(
-            metadata=pb.ContainerMetadata(name=name, attempt=0),
+            metadata=pb.ContainerMetadata(name=name, attempt=attempt),
             image=pb.ImageSpec(image=image),
             command=list(command),
             envs=[pb.KeyValue(key=k, value=v) for k, v in (envs or {}).items()],

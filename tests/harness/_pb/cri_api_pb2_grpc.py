@@ -525,3 +525,78 @@ class RuntimeService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ImageServiceStub:
+    """Used only to see whether the CRI has noticed an image imported with ctr.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ImageStatus = channel.unary_unary(
+                '/runtime.v1.ImageService/ImageStatus',
+                request_serializer=cri__api__pb2.ImageStatusRequest.SerializeToString,
+                response_deserializer=cri__api__pb2.ImageStatusResponse.FromString,
+                _registered_method=True)
+
+
+class ImageServiceServicer:
+    """Used only to see whether the CRI has noticed an image imported with ctr.
+    """
+
+    def ImageStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ImageServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ImageStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImageStatus,
+                    request_deserializer=cri__api__pb2.ImageStatusRequest.FromString,
+                    response_serializer=cri__api__pb2.ImageStatusResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'runtime.v1.ImageService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('runtime.v1.ImageService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ImageService:
+    """Used only to see whether the CRI has noticed an image imported with ctr.
+    """
+
+    @staticmethod
+    def ImageStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.ImageService/ImageStatus',
+            cri__api__pb2.ImageStatusRequest.SerializeToString,
+            cri__api__pb2.ImageStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
