@@ -30,6 +30,7 @@ FAKE_VISIBLE_ENV = "FAKE_VISIBLE_DEVICES"
 FAKE_DEVICE_PREFIX = "fakegpu"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DECIMAL = re.compile(r"^[0-9]{1,4}$")  # ASCII only: str.isdigit() accepts "²" and "٣"
 
 
 @dataclass(frozen=True, order=True)
@@ -93,7 +94,7 @@ def parse_static_shadow(text: str) -> Shadow:
     if len(parts) not in (2, 3) or "/" not in parts[0]:
         raise InvalidShadow([f"{text!r}: expected <namespace>/<shadow-pod>:<N>[:share|share-dev]"])
     namespace, _, name = parts[0].partition("/")
-    if not parts[1].isdigit():
+    if not _DECIMAL.match(parts[1]):
         raise InvalidShadow([f"{text!r}: share spec {parts[1]!r} is not a whole number"])
     kind = parts[2] if len(parts) == 3 else keys.KIND_SHARE
     shadow = Shadow(namespace=namespace, name=name, spec=int(parts[1]), kind=kind)

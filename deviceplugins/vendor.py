@@ -78,6 +78,7 @@ class VendorWatch:
         self._call_lock = threading.Lock()
         self._call: grpc.RpcContext | None = None
         self._last: tuple[Device, ...] | None = None
+        self._reachable = True  # log the loss and the return once each, not every retry
         self._thread = threading.Thread(target=self._run, name=f"gpushare-dp-vendor-{job_name_for(resource)}")
 
     def start(self) -> None:
@@ -129,15 +130,19 @@ class VendorWatch:
                 call.cancel()
             try:
                 for msg in call:
-                    got_any = True
+                    if not self._reachable:
+                        log.info("vendor device plugin reachable again", extra=kv(resource=self.resource))
+                    self._reachable = got_any = True
                     self._emit(_to_devices(msg))
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 if code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-                    log.warning(
-                        "vendor device plugin unreachable; its GPUs are not lent",
-                        extra=kv(resource=self.resource, socket=self.socket_path, code=getattr(code, "name", "?")),
-                    )
+                    if self._reachable:
+                        log.warning(
+                            "vendor device plugin unreachable; its GPUs are not lent",
+                            extra=kv(resource=self.resource, socket=self.socket_path, code=getattr(code, "name", "?")),
+                        )
+                    self._reachable = False
                     return False
             finally:
                 with self._call_lock:

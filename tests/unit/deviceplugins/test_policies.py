@@ -107,7 +107,10 @@ def test_parse_static_shadow(text: str, want: Shadow) -> None:
     assert parse_static_shadow(text) == want
 
 
-@pytest.mark.parametrize("text", ["ns-sh:4", "ns/sh", "ns/sh:four", "ns/sh:4:other", "ns/sh:4:share:x", "ns/sh:1"])
+@pytest.mark.parametrize(
+    "text",
+    ["ns-sh:4", "ns/sh", "ns/sh:four", "ns/sh:4:other", "ns/sh:4:share:x", "ns/sh:1", "ns/sh:\u00b2", "ns/sh:\u0663"],
+)
 def test_parse_static_shadow_refuses(text: str) -> None:
     with pytest.raises(InvalidShadow) as exc:
         parse_static_shadow(text)
