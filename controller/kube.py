@@ -231,8 +231,15 @@ class KubeClient:
         """Merge-patch annotations (None removes one); uid-checked; False if the pod is gone."""
         body = {"metadata": {"uid": ref.uid, "annotations": dict(annotations)}}
         path = f"{self._pods_path(ref.namespace)}/{quote(ref.name, safe='')}"
-        status, _ = self._call("PATCH", path, body=body, content_type="application/merge-patch+json", ok=(404, 409))
-        return status not in (404, 409)
+        ctype = "application/merge-patch+json"
+        status, doc = self._call("PATCH", path, body=body, content_type=ctype, ok=(404, 409, 422))
+        if status == 422:
+            # A uid in the patch that differs from the pod's is refused as "metadata.uid ... immutable":
+            # the name now belongs to another pod. Any other 422 is a real refusal.
+            message = str((doc or {}).get("message", ""))
+            if "metadata.uid" not in message:
+                raise KubeError(f"gpushare: PATCH {path} was refused with 422: {message}")
+        return status == 200
 
     def namespaces_with_label(self, label_selector: str) -> list[str]:
         _, doc = self._call("GET", "/api/v1/namespaces", query={"labelSelector": label_selector})
@@ -308,7 +315,9 @@ def _translate(status: int, what: str, body: bytes, retry_after: str | None) -> 
     if status == 429 or status >= 500:
         delay = float(retry_after) if retry_after and retry_after.isdigit() else 1.0
         return ApiUnavailable(f"gpushare: {what} answered {status} ({message}); retrying in {delay:g}s", delay)
-    hint = " (check the agent's RBAC in manifests/20-rbac.yaml)" if status in (401, 403) else ""
+    # RBAC denials read 'User "x" cannot <verb> resource ...'; other 403s come from admission.
+    is_rbac = status == 401 or (status == 403 and " cannot " in message)
+    hint = " (check the agent's RBAC in manifests/20-rbac.yaml)" if is_rbac else ""
     return KubeError(f"gpushare: {what} was refused with {status}: {message}{hint}")
 
 

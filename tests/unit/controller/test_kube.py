@@ -76,6 +76,12 @@ def test_a_released_lease_is_taken_at_once() -> None:
     assert d.action == "take"
 
 
+def test_rbac_denials_point_at_the_rbac_manifest() -> None:
+    denied = b'{"message": "pods is forbidden: User \\"x\\" cannot create resource \\"pods\\""}'
+    assert "manifests/20-rbac.yaml" in str(_translate(403, "POST /p", denied, None))
+    assert "manifests/20-rbac.yaml" not in str(_translate(403, "POST /p", b'{"message": "no PriorityClass"}', None))
+
+
 def test_micro_time_format() -> None:
     assert format_micro_time(WALL) == STAMP
 
@@ -86,7 +92,7 @@ def test_micro_time_format() -> None:
         (410, ResourceExpired, "listing again"),
         (429, ApiUnavailable, "retrying in 3s"),
         (503, ApiUnavailable, "answered 503"),
-        (403, KubeError, "manifests/20-rbac.yaml"),
+        (403, KubeError, "was refused with 403: bad pod"),
         (422, KubeError, "was refused with 422: bad pod"),
     ],
 )
