@@ -193,18 +193,54 @@ def test_pod_network_stays_inside_the_pod(cluster: Cluster) -> None:
     cluster.kubectl("delete", "pod", name, "--wait=true")
 
 
-@pytest.mark.slow
-def test_kubelet_restart_keeps_pods_and_recreates_its_socket(cluster: Cluster) -> None:
-    name = unique("survive")
+def start_sleeper(cluster: Cluster, prefix: str) -> str:
+    name = unique(prefix)
     apply(cluster, pod_manifest(name, SLEEP_FOREVER))
     cluster.wait_pod_phase(name, ["Running"])
+    return name
+
+
+def assert_untouched(cluster: Cluster, name: str) -> None:
+    """The pod still runs its first container: a restart of a node daemon did not disturb it."""
+    pod = cluster.pod(name)
+    assert pod is not None and pod["status"]["phase"] == "Running"
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+@pytest.mark.slow
+def test_kubelet_restart_keeps_pods_and_recreates_its_socket(cluster: Cluster) -> None:
+    name = start_sleeper(cluster, "survive")
     sock = cluster.device_plugin_dir / "kubelet.sock"
     before = sock.stat().st_ctime_ns
     old_pid = cluster.pids["kubelet"]
     cluster.restart_kubelet()
     assert cluster.pids["kubelet"] != old_pid
     assert sock.is_socket() and sock.stat().st_ctime_ns > before, "kubelet did not recreate kubelet.sock"
-    pod = cluster.pod(name)
-    assert pod is not None and pod["status"]["phase"] == "Running"
-    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert_untouched(cluster, name)
     cluster.kubectl("delete", "pod", name, "--wait=true")
+
+
+@pytest.mark.slow
+def test_containerd_restart_keeps_pods_and_serves_new_ones(cluster: Cluster) -> None:
+    old = start_sleeper(cluster, "old")
+    old_pid = cluster.pids["containerd"]
+    cluster.restart_containerd()
+    assert cluster.pids["containerd"] != old_pid
+    new = unique("new")
+    apply(cluster, pod_manifest(new, "echo after-restart"))
+    pod = cluster.wait_pod_phase(new, ["Succeeded", "Failed"], timeout_s=90)
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    assert cluster.kubectl("logs", new).stdout.strip() == "after-restart"
+    assert_untouched(cluster, old)
+    cluster.kubectl("delete", "pod", old, new, "--wait=true")
+
+
+def test_start_time_and_memory(cluster: Cluster) -> None:
+    """The figures of issue 5: cached start to node Ready (goal < 30 s) and control-plane memory."""
+    ready = cluster.timings["node_ready"]
+    rss = cluster.rss_mib()
+    control_plane = sum(rss[c] for c in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"))
+    print(f"\nnode Ready {ready:.1f} s after start; RSS MiB: {', '.join(f'{k} {v:.0f}' for k, v in rss.items())}")
+    print(f"control plane (etcd + apiserver + controller-manager + scheduler): {control_plane:.0f} MiB")
+    assert ready < 30, cluster.timings
+    assert set(rss) >= {"etcd", "kube-apiserver", "kubelet", "containerd"}, rss
