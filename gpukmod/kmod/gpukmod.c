@@ -124,8 +124,6 @@ struct gk_cmd {
 	u32 ids[GK_MAX_IDS];
 };
 
-typedef asmlinkage long (*gk_syscall_fn)(const struct pt_regs *regs);
-
 /* Everything below gk_lock protects: the table, the listener, the flags. */
 static DEFINE_SPINLOCK(gk_lock);
 static struct gk_entry gk_table[GK_TABLE_SIZE];
@@ -138,7 +136,8 @@ static DECLARE_WAIT_QUEUE_HEAD(gk_wq);
 static atomic_t gk_inflight = ATOMIC_INIT(0);
 static struct sock *gk_nl;
 static unsigned long gk_fentry;		/* the address ftrace reports as ip */
-static gk_syscall_fn gk_real_ioctl;	/* the true start, ENDBR included */
+/* The true start of __x64_sys_ioctl, ENDBR included. */
+static asmlinkage long (*gk_real_ioctl)(const struct pt_regs *regs);
 
 static struct gk_entry *gk_find(u32 inum)
 {
@@ -385,8 +384,8 @@ static int gk_find_original(void)
 	    !copy_from_kernel_nofault(&insn, (void *)(addr - sizeof(insn)), sizeof(insn)) &&
 	    insn == GK_ENDBR64)
 		addr -= sizeof(insn);
-	gk_real_ioctl = (gk_syscall_fn)addr;
-	pr_debug("%s: ftrace site %px, start %px\n", GK_HOOK_SYMBOL,
+	gk_real_ioctl = (void *)addr;
+	pr_debug("%s: ftrace site %pS, start %pS\n", GK_HOOK_SYMBOL,
 		 (void *)gk_fentry, (void *)addr);
 	return 0;
 }

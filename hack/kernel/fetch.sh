@@ -76,6 +76,23 @@ fetch_release() {
   echo "kernel: $rel ready in $dir"
 }
 
+# checkpatch.pl is not packaged on its own: take it (and the two data files it reads) out of
+# Debian's linux-source-6.1 tarball, so `make test` can hold the module to kernel style.
+fetch_checkpatch() {
+  local dir="$CACHE/checkpatch"
+  [ -f "$dir/.done" ] && return 0
+  rm -rf "$dir"; mkdir -p "$dir/debs"
+  (cd "$dir/debs" && apt_private download linux-source-6.1/bookworm-security)
+  dpkg-deb --fsys-tarfile "$dir"/debs/linux-source-6.1_*.deb \
+    | tar -xO ./usr/src/linux-source-6.1.tar.xz \
+    | tar -xJ -C "$dir" --strip-components=1 linux-source-6.1/scripts/checkpatch.pl \
+        linux-source-6.1/scripts/spelling.txt linux-source-6.1/scripts/const_structs.checkpatch
+  rm -rf "$dir/debs"
+  touch "$dir/.done"
+  echo "kernel: checkpatch.pl ready in $dir/scripts"
+}
+
 host_tools
 apt_setup
 for rel in $RELEASES; do fetch_release "$rel"; done
+fetch_checkpatch

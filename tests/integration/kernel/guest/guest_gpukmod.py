@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from controller.cli import app
+from controller.commands.kmod import app
 from gpukmod import InstallAction, KmodClient, KmodError, install, loaded_version, unload
 from gpukmod.module import ko_version, source_version
 from gpukmod.protocol import MAX_COMMAND_LEN, CommandRejected, parse_command
@@ -306,20 +306,20 @@ def test_cli_status_load_unload_install() -> None:
     ensure_unloaded()
     runner = CliRunner()
     ko = str(ko_path())
-    result = runner.invoke(app, ["kmod", "status"])
+    result = runner.invoke(app, ["status"])
     assert result.exit_code == 0, result.output
     assert "not loaded" in result.output
-    result = runner.invoke(app, ["kmod", "load", "--ko", ko, "--max-block-ms", "1500"])
+    result = runner.invoke(app, ["load", "--ko", ko, "--max-block-ms", "1500"])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["kmod", "status"])
+    result = runner.invoke(app, ["status"])
     assert result.exit_code == 0 and source_version() in result.output and "1500" in result.output, result.output
-    result = runner.invoke(app, ["kmod", "install", "--ko", ko])
+    result = runner.invoke(app, ["install", "--ko", ko])
     assert result.exit_code == 0 and "keep" in result.output, result.output
     with KmodClient():
-        result = runner.invoke(app, ["kmod", "unload"])
+        result = runner.invoke(app, ["unload"])
         assert result.exit_code != 0
         assert "close the listener socket" in result.output
-    result = runner.invoke(app, ["kmod", "unload"])
+    result = runner.invoke(app, ["unload"])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["kmod", "load", "--ko", "/nonexistent.ko"])
+    result = runner.invoke(app, ["load", "--ko", "/nonexistent.ko"])
     assert result.exit_code != 0 and "gpukmod: load failed" in result.output
