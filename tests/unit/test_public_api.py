@@ -8,6 +8,18 @@ import pytest
 
 EXPECTED = {
     "gpushare": ["ConfigError", "GpushareError", "InstructionRefused"],
+    "gpukmod": [
+        "InstallAction",
+        "KmodClient",
+        "KmodError",
+        "KmodUnavailable",
+        "build_module",
+        "install",
+        "load",
+        "loaded_version",
+        "plan_install",
+        "unload",
+    ],
     "controller.adapters": [
         "AUTO",
         "DeviceMetrics",
