@@ -59,3 +59,15 @@ def test_target_before_source_is_refused_then_converges(
     dind = cri.run_container(pod, "dind")  # the retry
     assert probe(cri, dind, fake_gpu).cgroup_allows
     cri.remove_pod(pod.id)
+
+
+def test_removed_source_is_forgotten(cri: CriClient, plugin: PluginProcess, fake_gpu: FakeDevice) -> None:
+    """The plugin follows RemoveContainer: a removed source no longer lends its devices."""
+    pod = cri.run_pod("dind-removed", annotations=same_pod_annotation("dind", "main"))
+    main = run_source(cri, pod, fake_gpu)
+    cri.stop_container(main)
+    cri.remove_container(main)
+    with pytest.raises(CriError) as info:
+        cri.create_container(pod, "dind")
+    assert '"main"' in info.value.details and "not created yet" in info.value.details, info.value.details
+    cri.remove_pod(pod.id)
