@@ -764,6 +764,7 @@ class Cluster:
             raise ClusterError("containerd is not running in this process (cluster started elsewhere?)")
         self.containerd.restart()
         self._pids["containerd"] = self.containerd.pid or 0
+        self._save_state()
         self.wait_node_ready(timeout_s)
 
     def wait_for(self, what: str, ok: Callable[[], bool], timeout_s: float = 60.0) -> None:
@@ -829,6 +830,12 @@ class Cluster:
             )
         self._procs[name] = proc
         self._pids[name] = proc.pid
+        self._save_state()
+
+    def _save_state(self) -> None:
+        # Always on disk, so `python -m tests.harness.cluster down --root <root>` can clean up a
+        # cluster whose test process was killed.
+        self.layout.state_file.write_text(json.dumps(self.state(), indent=2))
 
     def _stop(self, name: str) -> None:
         pid = self._pids.pop(name, 0)
@@ -897,6 +904,7 @@ class Cluster:
         self.containerd = Containerd(self.containerd_install, nri=True, base_dir=base)
         self.containerd.start()
         self._pids["containerd"] = self.containerd.pid or 0
+        self._save_state()
 
     def _stop_containerd(self) -> None:
         if self.containerd is None:  # started by another process: stop it by PID first
@@ -929,13 +937,20 @@ class Cluster:
 # ---------------------------------------------------------------------------------------------
 
 
-def new_cluster(root: Path | None = None) -> Cluster:
-    """A not yet started cluster in ``root`` (default: a fresh /tmp/gs-kXXXX); ClusterUnavailable if not built."""
+def find_installs() -> tuple[Binaries, ContainerdInstall]:
+    """The cached binaries, or ClusterUnavailable naming what is missing and the command that builds it."""
+    if os.geteuid() != 0:
+        raise ClusterUnavailable("the cluster needs root (mounts, cgroups, runc); run `sudo make test`")
     binaries = Binaries.find(cache_dir())
     try:
-        containerd = find_install("2.x")
+        return binaries, find_install("2.x")
     except InstallMissing as e:
         raise ClusterUnavailable(f"{e}; or: {BUILD_HINT}") from e
+
+
+def new_cluster(root: Path | None = None) -> Cluster:
+    """A not yet started cluster in ``root`` (default: a fresh /tmp/gs-kXXXX); ClusterUnavailable if not built."""
+    binaries, containerd = find_installs()
     if root is None:
         root = Path(tempfile.mkdtemp(prefix="gs-k", dir="/tmp"))
     root.mkdir(parents=True, exist_ok=True)
@@ -961,7 +976,7 @@ def running_cluster(root: Path | None = None, keep: bool = False) -> Iterator[Cl
 def cluster() -> Iterator[Cluster]:
     """A Ready one-node cluster shared by the whole session (skips, naming the build command, if absent)."""
     try:
-        new_cluster(Path(tempfile.gettempdir()) / "gs-probe-unused").root.rmdir()
+        find_installs()
     except ClusterUnavailable as e:
         pytest.skip(str(e))
     with running_cluster(keep=bool(os.environ.get("GPUSHARE_KEEP_CLUSTER"))) as c:
@@ -977,8 +992,8 @@ def _cli_up(root: Path) -> int:
         c.start()
     except BaseException:
         c.stop()
+        c.layout.state_file.unlink(missing_ok=True)  # logs stay for reading; a new `up` may run
         raise
-    c.layout.state_file.write_text(json.dumps(c.state(), indent=2))
     t = c.timings
     print(f"# cluster up in {t['ready']:.1f} s (node Ready at {t['node_ready']:.1f} s); logs in {c.layout.logs}")
     print(f"# device plugins: {c.device_plugin_dir}  pod-resources: {c.pod_resources_socket}")
