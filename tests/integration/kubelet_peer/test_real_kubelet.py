@@ -1,0 +1,144 @@
+"""The device plugins against the real kubelet of the one-node cluster (issue 5's harness).
+
+The same checks as the protocol-peer tier, but the peer is kubelet v1.34 itself: node
+allocatable, a pod's container annotation as containerd received it, a health flip, and a
+kubelet restart. The cluster fixture skips (naming the build command) when the binaries
+are missing or the tests do not run as root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from deviceplugins import PluginManager, Shadow
+from tests.harness.cluster import Cluster, ClusterError, cluster  # noqa: F401  (session-scoped fixture)
+from tests.harness.cri import CriClient
+from tests.harness.images import BUSYBOX_IMAGE
+
+NS = "gpushare-system"
+SHARE4 = "gpushare/share-gpu-4"
+SLEEP_FOREVER = "trap 'exit 0' TERM; sleep 3600 & wait"
+
+
+def allocatable(c: Cluster, resource: str) -> int:
+    value = c.node().get("status", {}).get("allocatable", {}).get(resource, "0")
+    return int(value)
+
+
+@pytest.fixture
+def plugins(cluster: Cluster) -> Iterator[PluginManager]:  # noqa: F811
+    mgr = PluginManager.for_gpushare(
+        str(cluster.device_plugin_dir), share_specs=(2, 4), dev_share_specs=(8,), check_interval_s=0.5
+    )
+    mgr.start()
+    try:
+        assert mgr.wait_registered(10), mgr.status()
+        yield mgr
+    finally:
+        mgr.stop()
+
+
+def test_real_kubelet_allocatable_pod_annotation_health_restart(
+    cluster: Cluster,  # noqa: F811
+    plugins: PluginManager,
+) -> None:
+    mgr = plugins
+    # 1. allocatable = shadows x N
+    mgr.set_shadows([Shadow(NS, "sh-a", 4), Shadow(NS, "sh-b", 4), Shadow(NS, "sh-c", 2)])
+    cluster.wait_for("share-gpu-4 allocatable 8", lambda: allocatable(cluster, SHARE4) == 8, 30)
+    cluster.wait_for("share-gpu-2 allocatable 2", lambda: allocatable(cluster, "gpushare/share-gpu-2") == 2, 30)
+
+    # 2. a pod asking for gpushare/share-gpu-4: 1 gets the annotation on its container
+    name = f"dp-{uuid.uuid4().hex[:8]}"
+    manifest: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "hostNetwork": True,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", SLEEP_FOREVER],
+                    "resources": {"limits": {SHARE4: 1}, "requests": {SHARE4: 1}},
+                }
+            ],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    try:
+        pod = cluster.wait_pod_phase(name, ["Running"], timeout_s=90)
+        container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+        with CriClient(str(cluster.cri_socket)) as cri:
+            annotations = dict(cri.container_status(container_id).annotations)
+        value = annotations["gpushare.k8s.io/container-devices-from"]
+        doc = json.loads(value)
+        ((source, spec),) = doc.items()
+        assert source in (f"{NS}/sh-a/main", f"{NS}/sh-b/main")
+        (vid,) = spec["*"]
+        assert vid.startswith(source.rsplit("/", 1)[0] + "-")
+        # Exactly what the plugin answered (canonical JSON of gpushare.codecs).
+        assert value == json.dumps({source: {"*": [vid]}}, sort_keys=True, separators=(",", ":"))
+    finally:
+        cluster.kubectl("delete", "pod", name, "--wait=false", check=False)
+
+    # 3. a health flip changes allocatable
+    mgr.set_shadow_health(f"{NS}/sh-b", False)
+    cluster.wait_for("share-gpu-4 allocatable 4", lambda: allocatable(cluster, SHARE4) == 4, 30)
+    mgr.set_shadow_health(f"{NS}/sh-b", True)
+    cluster.wait_for("share-gpu-4 allocatable 8 again", lambda: allocatable(cluster, SHARE4) == 8, 30)
+
+    # 4. a kubelet restart leaves allocatable intact: we re-register within a second of the
+    # new kubelet.sock, before kubelet's first node-status update, so the node never drops.
+    sock = cluster.device_plugin_dir / "kubelet.sock"
+    old = os.stat(sock).st_ino
+    before = {r: s["registrations"] for r, s in mgr.status().items()}
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(ClusterError):  # a transient read error is not a sample
+                samples.append(allocatable(cluster, SHARE4))
+            stop.wait(0.2)
+
+    sampler = threading.Thread(target=sample, name="gpushare-test-sampler")
+    sampler.start()
+    try:
+        cluster.stop_kubelet()
+        cluster.start_kubelet(wait=False)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if os.stat(sock).st_ino != old:
+                    break
+            except FileNotFoundError:
+                pass
+            assert time.monotonic() < deadline, "kubelet did not recreate kubelet.sock"
+            time.sleep(0.01)
+        appeared = time.monotonic()
+        while not all(mgr.status()[r]["registrations"] > before[r] and mgr.status()[r]["registered"] for r in before):
+            assert time.monotonic() - appeared < 5, mgr.status()
+            time.sleep(0.01)
+        took = time.monotonic() - appeared
+        cluster.wait_node_ready(60)
+        time.sleep(10)  # two node-status periods (4 s) after Ready
+    finally:
+        stop.set()
+        sampler.join()
+    print(f"real kubelet restart: all plugins re-registered {took * 1000:.0f} ms after kubelet.sock appeared")
+    assert took < 1.0, f"re-registration took {took:.3f}s after kubelet.sock appeared"
+    assert allocatable(cluster, SHARE4) == 8
+    assert samples and min(samples) == 8, f"allocatable dropped during the restart: {samples}"
