@@ -95,4 +95,8 @@ def run(
             ),
         )
         stub.run(stop)
+        if use_fd and stub.connections == 0:
+            # containerd kills a pre-connected plugin that fails its handshake; say why first.
+            log.error("nri: the pre-connected handshake never completed")
+            raise typer.Exit(1)
     log.info("nri: stopped")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,35 @@ def test_bad_config_exits_2_with_the_problem(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "pluginIndex" in proc.stderr
+
+
+def test_preconnected_process_with_containerds_bare_environment() -> None:
+    # containerd 2.x plugin_path launch: one end of a socketpair, and an environment of only
+    # these three variables (no PATH, no HOME; stdio on /dev/null).
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    rt = FakeRuntime()
+    rt.serve_socket(theirs)
+    fd = ours.fileno()
+    proc = subprocess.Popen(
+        [*GPUSHARE, "nri", "run"],
+        cwd=ROOT,
+        env={"NRI_PLUGIN_SOCKET": str(fd), "NRI_PLUGIN_NAME": "gpushare", "NRI_PLUGIN_IDX": "10"},
+        pass_fds=[fd],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ours.close()
+    try:
+        assert rt.ready.wait(30), "plugin did not register over the inherited socket"
+        assert rt.registration is not None and rt.registration.plugin_idx == "10"
+        rt.drop_connection()  # containerd going away: a pre-connected plugin exits
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        rt.cleanup()
+    assert proc.returncode == 0, err
+    assert "mode=pre-connected" in err and "pre-connected socket closed" in err
