@@ -78,6 +78,7 @@ def _read_http(url: str, timeout_s: float) -> str:
                     raise TimeoutError(f"body not complete after {timeout_s:g}s ({size} bytes read)")
             body = b"".join(chunks)
     except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response's socket; the chained error would keep it open
         raise MetricsError(
             f"gpushare: scraping {url} failed: HTTP {exc.code} {exc.reason}; check the exporter's path (/metrics)"
         ) from exc

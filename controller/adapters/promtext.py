@@ -36,10 +36,12 @@ MAX_BAD_EXAMPLES = 5
 MAX_EXAMPLE_CHARS = 120
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_PAIR = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*'
-_PAIR_NOCAP = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"\s*'
-_LABELS_OK = re.compile(rf"(?:{_PAIR_NOCAP}(?:,{_PAIR_NOCAP})*,?)?\s*")
-_LABEL_PAIRS = re.compile(_PAIR)
+# No pattern below may let two whitespace runs compete for the same spaces: a line of 30k
+# spaces must cost linear time, not quadratic (checked in the unit tests).
+_VALUE = r'"((?:[^"\\\n]|\\.)*)"'
+_PAIR_NOCAP = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"\s*'
+_LABELS_OK = re.compile(rf"\s*(?:{_PAIR_NOCAP}(?:,\s*{_PAIR_NOCAP})*(?:,\s*)?)?")
+_LABEL_PAIRS = re.compile(rf"([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*{_VALUE}")
 _ESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 

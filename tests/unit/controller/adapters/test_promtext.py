@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -94,3 +95,19 @@ def test_samples_with_the_same_label_text_share_one_mapping() -> None:
     labels = '{gpu="0",UUID="GPU-a"}'
     a, b = parse_text(f"a{labels} 1\nb{labels} 2\n").samples
     assert a.labels is b.labels
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'm{a="b"' + " " * 200_000 + "x} 1",  # a bad line ending in a long whitespace run
+        "m{" + " " * 200_000 + "} 1",  # a valid, empty, very wide label set
+        'm{a="b",' + " " * 200_000 + "} 1",
+        "m{" + 'a="b",' * 30_000 + "x} 1",
+    ],
+)
+def test_pathological_lines_cost_linear_time(line: str) -> None:
+    # Quadratic backtracking would take minutes here; a hostile exporter must not stall the agent.
+    started = time.perf_counter()
+    parse_text(line)
+    assert time.perf_counter() - started < 2.0
