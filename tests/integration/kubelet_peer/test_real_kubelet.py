@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from deviceplugins import PluginManager, Shadow
+from deviceplugins import FakeGpuPlugin, PluginManager, Shadow, create_fake_gpu_nodes
 from tests.harness.cluster import Cluster, ClusterError, cluster  # noqa: F401  (session-scoped fixture)
 from tests.harness.cri import CriClient
 from tests.harness.images import BUSYBOX_IMAGE
@@ -142,3 +142,87 @@ def test_real_kubelet_allocatable_pod_annotation_health_restart(
     assert took < 1.0, f"re-registration took {took:.3f}s after kubelet.sock appeared"
     assert allocatable(cluster, SHARE4) == 8
     assert samples and min(samples) == 8, f"allocatable dropped during the restart: {samples}"
+
+
+def _pod(name: str, resource: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "hostNetwork": True,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", SLEEP_FOREVER],
+                    "resources": {"limits": {resource: 1}, "requests": {resource: 1}},
+                }
+            ],
+        },
+    }
+
+
+def _container_id(pod: dict[str, Any]) -> str:
+    return str(pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1])
+
+
+def test_real_kubelet_fake_gpus_and_spot(cluster: Cluster, tmp_path: Any) -> None:  # noqa: F811
+    """The fake vendor plugin works like a vendor's under real kubelet + containerd, and spot follows it."""
+    dev_dir = str(tmp_path / "dev")
+    create_fake_gpu_nodes(dev_dir, 2)
+    plugin_dir = str(cluster.device_plugin_dir)
+    fake = FakeGpuPlugin("example.com/gpu", plugin_dir, dev_dir, 2)
+    vendor = PluginManager([fake], plugin_dir, check_interval_s=0.5)
+    spot = PluginManager.for_gpushare(
+        plugin_dir,
+        share_specs=(2,),
+        dev_share_specs=(2,),
+        spot_sources={"example.com/gpu": fake.socket_path},
+        check_interval_s=0.5,
+    )
+    names: list[str] = []
+    vendor.start()
+    spot.start()
+    try:
+        assert vendor.wait_registered(10) and spot.wait_registered(10)
+        cluster.wait_for("example.com/gpu allocatable 2", lambda: allocatable(cluster, "example.com/gpu") == 2, 30)
+        # spot-<id> exists for both GPUs but is Unhealthy until the controller says the owner is away.
+        cluster.wait_for(
+            "spot-gpu capacity 2",
+            lambda: cluster.node()["status"].get("capacity", {}).get("gpushare/spot-gpu") == "2",
+            30,
+        )
+        assert allocatable(cluster, "gpushare/spot-gpu") == 0
+
+        # A vendor-style pod: the node and the visibility variable arrive in the container.
+        name = f"fake-{uuid.uuid4().hex[:8]}"
+        names.append(name)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod(name, "example.com/gpu")))
+        cid = _container_id(cluster.wait_pod_phase(name, ["Running"], timeout_s=90))
+        with CriClient(str(cluster.cri_socket)) as cri:
+            res = cri.exec_sync(cid, ["sh", "-c", 'echo "$FAKE_VISIBLE_DEVICES"; ls /dev | grep fakegpu'])
+        lines = res.stdout.split()
+        assert res.exit_code == 0, res
+        assert len(lines) == 2 and lines[0] in ("fakegpu0", "fakegpu1") and lines[1] == lines[0], res.stdout
+
+        # The owner goes away: spot becomes allocatable, and a spot pod gets the real ID.
+        spot.set_spot_health("fakegpu1", True)
+        cluster.wait_for("spot-gpu allocatable 1", lambda: allocatable(cluster, "gpushare/spot-gpu") == 1, 30)
+        name = f"spot-{uuid.uuid4().hex[:8]}"
+        names.append(name)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod(name, "gpushare/spot-gpu")))
+        cid = _container_id(cluster.wait_pod_phase(name, ["Running"], timeout_s=90))
+        with CriClient(str(cluster.cri_socket)) as cri:
+            annotations = dict(cri.container_status(cid).annotations)
+        assert annotations["gpushare.k8s.io/container-devices-ids"] == '{"example.com/gpu":["fakegpu1"]}'
+        # The owner is back: not allocatable any more (the running spot pod is the controller's to evict).
+        spot.set_spot_health("fakegpu1", False)
+        cluster.wait_for("spot-gpu allocatable 0", lambda: allocatable(cluster, "gpushare/spot-gpu") == 0, 30)
+    finally:
+        for n in names:
+            cluster.kubectl("delete", "pod", n, "--wait=false", check=False)
+        spot.stop()
+        vendor.stop()
