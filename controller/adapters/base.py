@@ -22,6 +22,7 @@ from controller.adapters.promtext import Sample
 from controller.errors import MetricsError
 
 __all__ = [
+    "KIB",
     "MEM_FREE",
     "MEM_RESERVED",
     "MEM_TOTAL",
@@ -35,6 +36,7 @@ __all__ = [
     "GpuAdapter",
     "Rule",
     "TableAdapter",
+    "adapter_class",
     "adapter_names",
     "get_adapter",
     "register",
