@@ -33,13 +33,31 @@ PHASE_RUNNING = "Running"
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def _get(d: Mapping[str, Any] | None, snake: str, camel: str | None = None) -> Any:
+def _get(d: Mapping[str, Any], snake: str, camel: str | None = None) -> Any:
     """Read a field under its to_dict() (snake_case) or API (camelCase) spelling."""
-    if not d:
-        return None
     value = d.get(snake)
     if value is None and camel is not None:
         value = d.get(camel)
+    return value
+
+
+def _obj(d: Mapping[str, Any], where: str, pod: str, snake: str, camel: str | None = None) -> Mapping[str, Any]:
+    """A nested object; absent reads as empty, anything but an object is refused."""
+    value = _get(d, snake, camel)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidObject(f"gpushare: pod {pod}: {where} must be an object, got {value!r:.80}")
+    return value
+
+
+def _objs(d: Mapping[str, Any], where: str, pod: str, snake: str, camel: str | None = None) -> list[Mapping[str, Any]]:
+    """A list of objects; absent reads as empty."""
+    value = _get(d, snake, camel)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise InvalidObject(f"gpushare: pod {pod}: {where} must be a list of objects, got {value!r:.80}")
     return value
 
 
@@ -128,21 +146,23 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) ->
         ("container_statuses", "containerStatuses"),
         ("init_container_statuses", "initContainerStatuses"),
     ):
-        for st in _get(status, field_snake, field_camel) or []:
+        for st in _objs(status, f"status.{field_camel}", pod, field_snake, field_camel):
             cid = _get(st, "container_id", "containerID") or ""
             name = _get(st, "name")
             if isinstance(name, str) and isinstance(cid, str):
                 ids[name] = cid.split("://", 1)[-1]
     out: list[ContainerFacts] = []
     for field_snake, field_camel in (("containers", "containers"), ("init_containers", "initContainers")):
-        for c in _get(spec, field_snake, field_camel) or []:
+        for c in _objs(spec, f"spec.{field_camel}", pod, field_snake, field_camel):
             name = _get(c, "name")
             if not isinstance(name, str) or not name:
                 raise InvalidObject(f"gpushare: pod {pod}: a container has no name")
-            res = _get(c, "resources") or {}
-            requests = _str_map_any(_get(res, "requests"), pod)
-            limits = _str_map_any(_get(res, "limits"), pod)
+            res = _obj(c, f"container {name} resources", pod, "resources")
+            requests = _obj(res, f"container {name} resources.requests", pod, "requests")
+            limits = _obj(res, f"container {name} resources.limits", pod, "limits")
             merged = {**limits, **requests}
+            if not all(isinstance(r, str) for r in merged):
+                raise InvalidObject(f"gpushare: pod {pod}: container {name} names a resource that is not a string")
             # Only device resources matter here: ours and the vendors'; cpu and memory are skipped.
             wanted = tuple(
                 sorted(
@@ -155,14 +175,6 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) ->
     return tuple(out)
 
 
-def _str_map_any(value: object, pod: str) -> dict[str, object]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidObject(f"gpushare: pod {pod}: container resources must be a mapping, got {value!r:.80}")
-    return {str(k): v for k, v in value.items()}
-
-
 def _is_vendor_resource(name: str) -> bool:
     # cpu, memory, ephemeral-storage and hugepages-* carry no slash; kubernetes.io/* are not devices.
     return "/" in name and not name.startswith(keys.RESOURCE_PREFIX) and "kubernetes.io/" not in name
@@ -172,13 +184,13 @@ def parse_pod(pod: Mapping[str, Any]) -> PodFacts:
     """Read the facts every role needs; raise ``InvalidObject`` naming the pod and field."""
     if not isinstance(pod, Mapping):
         raise InvalidObject(f"gpushare: expected a pod object, got {type(pod).__name__}")
-    meta = _get(pod, "metadata") or {}
-    spec = _get(pod, "spec") or {}
-    status = _get(pod, "status") or {}
+    meta = _obj(pod, "metadata", "?", "metadata")
     namespace, name, uid = _get(meta, "namespace"), _get(meta, "name"), _get(meta, "uid")
     if not all(isinstance(v, str) and v for v in (namespace, name, uid)):
         raise InvalidObject(f"gpushare: a pod lacks metadata.namespace, name or uid: {dict(meta)!r:.160}")
     ref = PodRef(namespace, name, uid)
+    spec = _obj(pod, "spec", ref.key, "spec")
+    status = _obj(pod, "status", ref.key, "status")
     node_name = _get(spec, "node_name", "nodeName") or ""
     phase = _get(status, "phase") or PHASE_PENDING
     if not isinstance(node_name, str) or not isinstance(phase, str):

@@ -43,6 +43,9 @@ def test_to_dict_and_api_json_spellings_read_the_same() -> None:
         (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update({"nvidia.com/gpu": "0.5"}), "0.5"),
         (lambda p: p["metadata"].update(labels={"a": 1}), "metadata.labels"),
         (lambda p: p["spec"]["containers"][0].pop("name"), "has no name"),
+        (lambda p: p["spec"].update(containers=True), "spec.containers must be a list of objects"),
+        (lambda p: p.update(status="Running"), "status must be an object"),
+        (lambda p: p["spec"]["containers"][0].update(resources={"limits": [1]}), "resources.limits must be an object"),
     ],
 )
 def test_unreadable_pod_is_refused_with_its_name_and_field(mutate: object, needle: str) -> None:
