@@ -58,17 +58,24 @@ class Injector:
 
     def create_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> nri_pb2.ContainerAdjustment:
         start = time.perf_counter()
+        start_cpu = time.thread_time()
         pod_info = convert.pod_info(pod)
         info = convert.container_info(container)
         try:
             decision = self._decide(pod_info, info)
         except InstructionRefused as exc:
             took_ms = (time.perf_counter() - start) * 1000.0
+            cpu_ms = (time.thread_time() - start_cpu) * 1000.0
             self._timings_ms.append(took_ms)
             log.info(
                 "decision",
                 extra=kv(
-                    decision="refuse", pod=pod_info.ref, container=info.name, reason=str(exc), took_ms=round(took_ms, 3)
+                    decision="refuse",
+                    pod=pod_info.ref,
+                    container=info.name,
+                    reason=str(exc),
+                    took_ms=round(took_ms, 3),
+                    cpu_ms=round(cpu_ms, 3),
                 ),
             )
             if self._on_decision is not None:
@@ -78,6 +85,7 @@ class Injector:
         # Remember the container as it will be created, so it can itself be a source (chains).
         self.cache.add(pod_info, convert.with_adjustment(info, added))
         took_ms = (time.perf_counter() - start) * 1000.0
+        cpu_ms = (time.thread_time() - start_cpu) * 1000.0
         self._timings_ms.append(took_ms)
         if decision is not None:
             log.info(
@@ -91,6 +99,7 @@ class Injector:
                     env=len(added.env),
                     skipped=len(decision.skipped),
                     took_ms=round(took_ms, 3),
+                    cpu_ms=round(cpu_ms, 3),
                 ),
             )
             if self._on_decision is not None:
