@@ -38,6 +38,7 @@ class FakeRuntime:
     pods: list[nri_pb2.PodSandbox] = field(default_factory=list)
     containers: list[nri_pb2.Container] = field(default_factory=list)
     register_status: tuple[int, str] = (0, "")
+    silent: bool = False  # never answer RegisterPlugin
     max_first_frame_seen: int = 0
     frames_seen: list[tuple[int, int]] = field(default_factory=list)  # (conn, length)
 
@@ -183,6 +184,8 @@ class FakeRuntime:
             req = ttrpc_pb2.Request()
             req.ParseFromString(body)
             if req.method == "RegisterPlugin":
+                if self.silent:
+                    return
                 self.registration = nri_pb2.RegisterPluginRequest.FromString(req.payload)
                 code, text = self.register_status
                 resp = ttrpc_pb2.Response()

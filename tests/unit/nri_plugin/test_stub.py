@@ -14,7 +14,7 @@ from gpushare.config import load_config
 from gpushare.errors import InstructionRefused
 from nri_plugin import Injector, NriError, Stub, derive_mask
 from nri_plugin._pb import nri_pb2
-from nri_plugin.errors import ConnectionClosed, RpcStatusError
+from nri_plugin.errors import ConnectionClosed, DeadlineExceeded, RpcStatusError
 from nri_plugin.stub import VALID_EVENTS_MASK
 
 from .fake_runtime import FakeRuntime
@@ -355,3 +355,29 @@ def test_refusal_is_instruction_refused_type() -> None:
     inj = Injector(load_config(None))
     with pytest.raises(InstructionRefused):
         inj.create_container(_pod(**DIND), nri_pb2.Container(id="c2", pod_sandbox_id="p1", name="dind"))
+
+
+def test_silent_runtime_is_a_deadline_not_a_hang(runtime: FakeRuntime) -> None:
+    runtime.silent = True
+    stub = Stub(_Create(), socket_path=runtime.path, timeout_s=0.5)
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="RegisterPlugin"):
+        stub.connect()
+    assert time.monotonic() - start < 2.0
+    stub.close()
+
+
+def test_garbage_from_the_runtime_drops_the_connection_and_the_stub_reconnects(
+    runtime: FakeRuntime, running: Running
+) -> None:
+    runtime.ready.clear()
+    runtime.send_raw(b"\x00\x00\x00\x00\x00\x00\x00\x04junk")  # mux frame for reserved conn id 0
+    assert runtime.ready.wait(10), "stub did not reconnect after a protocol error"
+    assert running.stub.connections == 2
+    assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
+
+
+def test_frames_for_unopened_connections_are_dropped(runtime: FakeRuntime, running: Running) -> None:
+    runtime.send_raw(b"\x00\x00\x00\x07\x00\x00\x00\x03abc")  # conn 7: nobody listens there
+    assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
+    assert running.stub.connections == 1

@@ -1,0 +1,54 @@
+"""Snapshot updates: immutable, indexed by pod ref, (pod, name) and visible real-ID sets."""
+
+from __future__ import annotations
+
+from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, parse_env, record_of
+
+VIS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+POD = PodInfo("p1", "pod", "ns")
+GPU = Device("/dev/nvidia0", "c", 195, 0)
+
+
+def _rec(cid: str, name: str = "main", env: tuple[tuple[str, str], ...] = ()):  # type: ignore[no-untyped-def]
+    return record_of(ContainerInfo(cid, "p1", name, env=env, devices=(GPU,)), VIS)
+
+
+def test_updates_return_new_snapshots_and_leave_the_old_untouched() -> None:
+    empty = Snapshot()
+    one = empty.with_pod(POD).with_container(_rec("c1"))
+    assert empty.pods == {} and empty.containers == {}
+    assert one.pod_by_ref("ns", "pod") == POD
+    assert one.container_named("p1", "main") is not None
+    assert one.with_pod(POD) is one  # unchanged pod: no copy
+
+
+def test_restarted_container_keeps_its_name_slot_when_the_old_one_is_removed() -> None:
+    snap = Snapshot().with_pod(POD).with_container(_rec("old")).with_container(_rec("new"))
+    snap = snap.without_container("old")
+    rec = snap.container_named("p1", "main")
+    assert rec is not None and rec.container_id == "new"
+
+
+def test_visible_id_index_and_pod_removal() -> None:
+    rec = _rec("c1", env=(("NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b"), ("CUDA_VISIBLE_DEVICES", "0"), ("X", "1")))
+    assert rec.bundle.env == (("NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b"), ("CUDA_VISIBLE_DEVICES", "0"))
+    snap = Snapshot().with_pod(POD).with_container(rec)
+    assert snap.holder_of(frozenset({"GPU-a", "GPU-b"})) == rec
+    assert snap.holder_of(frozenset({"GPU-a"})) is None
+    assert snap.holder_of(frozenset({"0"})) == rec
+    gone = snap.without_pod("p1")
+    assert gone.pods == {} and gone.containers == {} and gone.holder_of(frozenset({"0"})) is None
+    assert gone.pod_by_ref("ns", "pod") is None
+
+
+def test_all_and_none_name_no_device() -> None:
+    assert _rec("c", env=(("NVIDIA_VISIBLE_DEVICES", "all"),)).visible_id_sets == ()
+    assert _rec("c", env=(("NVIDIA_VISIBLE_DEVICES", "void"),)).visible_id_sets == ()
+
+
+def test_bundle_merge_keeps_first_and_parse_env() -> None:
+    a = Bundle((GPU,), (("V", "1"),))
+    b = Bundle((Device("/dev/nvidia0", "c", 1, 1), Device("/dev/x", "c", 1, 2)), (("V", "2"), ("W", "3")))
+    merged = a.merged(b)
+    assert [d.major for d in merged.devices] == [195, 1] and merged.env == (("V", "1"), ("W", "3"))
+    assert parse_env(["A=1", "B=x=y", "broken"]) == (("A", "1"), ("B", "x=y"))
