@@ -45,6 +45,7 @@ from controller.actions import (
     KmodCommand,
     SetSpotHealth,
 )
+from controller.detectors import IdleState, IdleStatus
 from controller.mapping import Borrowing, MappingCache
 from controller.model import PHASE_RUNNING, Owner, PodRef, Snapshot, SpotPod, is_shadow
 from gpushare import keys
@@ -70,6 +71,21 @@ class IdleVerdict:
     state: VerdictState
     idle_since: float | None = None
     users: frozenset[str] | None = None
+
+
+def verdict_from_status(real_id: str, status: IdleStatus, *, is_process_level: bool) -> IdleVerdict:
+    """The ``IdleDetector``'s status of a device as the verdict ``plan_spot`` takes.
+
+    ``is_process_level``: the source's workloads name the pods whose processes use the
+    device (NVML process lists, a test's fake exporter); False for exporters that label the
+    pod the device is allocated to (dcgm-exporter and most vendor exporters).
+    """
+    users = frozenset(f"{w.namespace}/{w.pod}" for w in status.workloads) if is_process_level else None
+    if status.state in (IdleState.IDLE, IdleState.IDLING) and status.idle_since is not None:
+        return IdleVerdict(real_id, "idle", status.idle_since, users)
+    if status.state is IdleState.BUSY:
+        return IdleVerdict(real_id, "active", None, users)
+    return IdleVerdict(real_id, "unknown", None, None)
 
 
 @dataclass(frozen=True)
@@ -360,4 +376,5 @@ __all__ = [
     "borrowing_pods",
     "owners_from",
     "plan_spot",
+    "verdict_from_status",
 ]

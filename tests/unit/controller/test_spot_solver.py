@@ -13,9 +13,11 @@ from controller.actions import (
     KmodCommand,
     SetSpotHealth,
 )
+from controller.adapters.model import Workload
+from controller.detectors import IdleState, IdleStatus
 from controller.mapping import MappingCache
 from controller.model import PodRef
-from controller.spot_solver import IdleVerdict, KmodView, SpotPlan, SpotState, plan_spot
+from controller.spot_solver import IdleVerdict, KmodView, SpotPlan, SpotState, plan_spot, verdict_from_status
 from gpushare import keys
 from tests.unit.controller.podmaker import NODE, pod, row, snap
 
@@ -299,3 +301,20 @@ def test_restart_while_lent_continues_lending_without_false_eviction() -> None:
 def test_stray_notice_is_released_so_no_caller_waits_for_the_timeout() -> None:
     plan = run(world(), active(), notices=(999,), kmod=KmodView(True, frozenset({999}), frozenset({999})))
     assert kmod_ops(plan) == [("release", 999), ("undetect", 999), ("delete", 999), ("add", PIDNS)]
+
+
+@pytest.mark.parametrize(
+    ("state", "idle_since", "process_level", "want"),
+    [
+        (IdleState.IDLE, 10.0, True, IdleVerdict("GPU-0", "idle", 10.0, frozenset({"team/owner"}))),
+        (IdleState.IDLING, 10.0, False, IdleVerdict("GPU-0", "idle", 10.0, None)),  # the solver checks the window
+        (IdleState.BUSY, None, True, IdleVerdict("GPU-0", "active", None, frozenset({"team/owner"}))),
+        (IdleState.BUSY, None, False, IdleVerdict("GPU-0", "active", None, None)),  # allocation-level labels
+        (IdleState.UNKNOWN, None, True, IdleVerdict("GPU-0", "unknown", None, None)),
+    ],
+)
+def test_idle_detector_status_becomes_a_verdict(
+    state: IdleState, idle_since: float | None, process_level: bool, want: IdleVerdict
+) -> None:
+    status = IdleStatus("uuid-0", state, idle_since, 0.0, 5.0, "r", 0.0, (Workload("team", "owner", "app"),))
+    assert verdict_from_status("GPU-0", status, is_process_level=process_level) == want
