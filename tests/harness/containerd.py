@@ -26,10 +26,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from tests.harness.cri import CriClient, CriError
 from tests.harness.images import PAUSE_IMAGE, ensure_images
+from tests.harness.lifecycle import Lifecycle
 
 VERSIONS = ("1.7.24", "2.x")
 RUNC = Path("/usr/sbin/runc")
@@ -240,7 +240,7 @@ def _remove_cgroups(parent: str) -> None:
                 os.rmdir(dirpath)
 
 
-class Containerd:
+class Containerd(Lifecycle):
     """One private containerd process. Use as a context manager, or call start()/close()."""
 
     def __init__(
@@ -347,19 +347,6 @@ class Containerd:
                 return f.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
-
-    def __enter__(self) -> Containerd:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # --- internals ------------------------------------------------------------------------------
     def _fail(self, what: str) -> ContainerdError:

@@ -15,7 +15,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
+
+from tests.harness.lifecycle import Lifecycle
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUSHARE = ROOT / ".venv" / "bin" / "gpushare"
@@ -39,7 +40,7 @@ def gpushare_command(
     return cmd
 
 
-class PluginProcess:
+class PluginProcess(Lifecycle):
     def __init__(self, argv: Sequence[str], *, ready_line: str | None = READY_LINE) -> None:
         self.argv = list(argv)
         self.ready_line = ready_line
@@ -141,15 +142,5 @@ class PluginProcess:
             proc.stdout.close()
         return rc
 
-    def __enter__(self) -> PluginProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def close(self) -> None:
         self.stop()

@@ -11,12 +11,12 @@ import tempfile
 import threading
 from concurrent import futures
 from pathlib import Path
-from types import TracebackType
 
 import grpc
 
 from controller._pb import podresources_pb2 as pb
 from controller._pb import podresources_pb2_grpc as pb_grpc
+from tests.harness.lifecycle import Lifecycle
 
 # (namespace, pod) -> container -> resource -> device ids
 Allocations = dict[tuple[str, str], dict[str, dict[str, list[str]]]]
@@ -60,7 +60,7 @@ class _Lister(pb_grpc.PodResourcesListerServicer):
         return pb.GetPodResourcesResponse(pod_resources=self._pod(key))
 
 
-class PodResourcesServer:
+class PodResourcesServer(Lifecycle):
     def __init__(self, allocations: Allocations | None = None) -> None:
         self.allocations: Allocations = dict(allocations or {})
         self._dir = Path(tempfile.mkdtemp(prefix="gs-pr-", dir="/tmp"))
@@ -87,11 +87,5 @@ class PodResourcesServer:
             f.unlink()
         self._dir.rmdir()
 
-    def __enter__(self) -> PodResourcesServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def close(self) -> None:
         self.stop()
