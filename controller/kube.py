@@ -135,9 +135,14 @@ class KubeClient:
                 f"gpushare: the API server at {self.host} did not answer {what} ({exc}); retrying", 2.0
             ) from exc
         status = int(response.status)
-        if 200 <= status < 300 or status in ok:
+        if not (200 <= status < 300 or status in ok):
+            raise _translate(status, what, data, response.getheader("Retry-After"))
+        try:
             return status, json.loads(data) if data else None
-        raise _translate(status, what, data, response.getheader("Retry-After"))
+        except ValueError as exc:  # a proxy's HTML page, a truncated body
+            raise ApiUnavailable(
+                f"gpushare: {what} answered {status} with a body that is not JSON ({exc})", 2.0
+            ) from exc
 
     # -- pods -------------------------------------------------------------------------------------------------
 

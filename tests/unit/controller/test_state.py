@@ -5,8 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from controller.actions import DeleteShadow
 from controller.errors import StateError
+from controller.share_solver import plan_shadows
 from controller.state import FILE_NAME, SCHEMA_VERSION, TIMER_SHADOW_EMPTY, TIMER_SPOT_BACK, StateStore
+from gpushare.config import Config
+from tests.unit.controller.podmaker import NODE, shadow, snap
 
 
 def test_timers_replace_per_kind_and_survive_a_restart(tmp_path: Path) -> None:
@@ -58,3 +62,14 @@ def test_an_unusable_state_dir_is_named(tmp_path: Path) -> None:
     with pytest.raises(StateError, match="stateDir") as err:
         StateStore(blocker / "sub")
     assert str(blocker / "sub") in str(err.value)
+
+
+def test_an_idle_clock_survives_an_agent_restart(tmp_path: Path) -> None:
+    cfg = Config(node_name=NODE, state_dir=str(tmp_path))
+    s = snap([shadow("s")], cfg)
+    with StateStore(cfg.state_dir) as store:  # the agent before the restart
+        plan = plan_shadows(s, cfg, 1000.0, store.load_timers(TIMER_SHADOW_EMPTY))
+        store.save_timers(TIMER_SHADOW_EMPTY, plan.empty_since)
+    with StateStore(cfg.state_dir) as store:  # after: the clock still reads from 1000, not from now
+        later = plan_shadows(s, cfg, 1000.0 + cfg.shadow_idle_timeout_s, store.load_timers(TIMER_SHADOW_EMPTY))
+    assert [a.ref.name for a in later.actions if isinstance(a, DeleteShadow)] == ["s"]
