@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,29 @@ def test_start_time_and_memory(cluster: Cluster) -> None:
     print(f"control plane (etcd + apiserver + controller-manager + scheduler): {control_plane:.0f} MiB")
     assert ready < 30, cluster.timings
     assert set(rss) >= {"etcd", "kube-apiserver", "kubelet", "containerd"}, rss
+
+
+def test_a_host_device_plugin_registers_through_the_private_dir(cluster: Cluster, tmp_path: Path) -> None:
+    """The fake vendor plugin runs on the host, kubelet in its mount namespace: they meet in device_plugin_dir."""
+    resource = f"example.com/gs-{uuid.uuid4().hex[:6]}"
+    # The console script of `pip install -e .` (controller.cli has no __main__ guard).
+    argv = [str(Path(sys.executable).parent / "gpushare"), "fake-gpus", "--count", "2", "--resource", resource]
+    argv += ["--dev-dir", str(tmp_path), "--plugin-dir", str(cluster.device_plugin_dir)]
+    with open(tmp_path / "plugin.log", "wb") as log:
+        plugin = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[3])
+    name = unique("gpu")
+    try:
+        cluster.wait_for(
+            f"{resource} in node capacity",
+            lambda: cluster.node()["status"].get("allocatable", {}).get(resource) == "2",
+            30,
+        )
+        apply(cluster, pod_manifest(name, "echo $FAKE_VISIBLE_DEVICES; ls /dev", resources={resource: "1"}))
+        pod = cluster.wait_pod_phase(name, ["Succeeded", "Failed"])
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        visible, *dev = cluster.kubectl("logs", name).stdout.split()
+        assert visible in ("fakegpu0", "fakegpu1") and visible in dev, (visible, dev)
+    finally:
+        plugin.terminate()
+        plugin.wait(timeout=10)
+        cluster.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
