@@ -120,6 +120,7 @@ _LAYOUT = {
     "nri_socket": "nri.sock",
     "runc_root": "runc",
     "cni_dir": "cni",
+    "cdi_dir": "cdi",
     "nri_dir": "nri",
     "config": "config.toml",
     "log": "containerd.log",
@@ -166,7 +167,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   restrict_oom_score_adj = true
   systemd_cgroup = false
   disable_apparmor = true
-  enable_cdi = false
+  enable_cdi = true
+  cdi_spec_dirs = ["{paths.cdi_dir}"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -187,7 +189,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
   disable_apparmor = true
-  enable_cdi = false
+  cdi_spec_dirs = ["{paths.cdi_dir}"]
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{paths.cni_dir}/bin"]
     conf_dir = "{paths.cni_dir}/conf"
@@ -280,9 +282,10 @@ class Containerd(Lifecycle):
 
     def start(self, timeout_s: float = 30.0) -> None:
         p = self.paths
-        for d in (p.root, p.state, p.runc_root, p.cni_dir / "bin", p.cni_dir / "conf", p.nri_dir / "plugins"):
+        for d in (p.root, p.state, p.runc_root, p.cdi_dir, p.cni_dir / "bin", p.cni_dir / "conf"):
             d.mkdir(parents=True, exist_ok=True)
-        (p.nri_dir / "conf.d").mkdir(parents=True, exist_ok=True)
+        for d in (p.nri_dir / "plugins", p.nri_dir / "conf.d"):
+            d.mkdir(parents=True, exist_ok=True)
         p.config.write_text(render_config(self.install, p, nri=self._nri, extra=self._extra))
         self._log_offset = p.log.stat().st_size if p.log.exists() else 0
         with open(p.log, "ab") as log:

@@ -10,10 +10,12 @@ kubelet puts them, so they reach NRI as PodSandbox.annotations and Container.ann
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -229,6 +231,14 @@ class CriClient:
         resp = self._call("ContainerStatus", pb.ContainerStatusRequest(container_id=container_id))
         assert isinstance(resp, pb.ContainerStatusResponse)
         return resp.status
+
+    def runtime_spec(self, container_id: str) -> dict[str, Any]:
+        """The OCI spec containerd generated (after NRI adjustments), from verbose ContainerStatus."""
+        resp = self._call("ContainerStatus", pb.ContainerStatusRequest(container_id=container_id, verbose=True))
+        assert isinstance(resp, pb.ContainerStatusResponse)
+        spec = json.loads(resp.info["info"])["runtimeSpec"]
+        assert isinstance(spec, dict)
+        return spec
 
     def exec_sync(self, container_id: str, cmd: Iterable[str], timeout_s: int = 10) -> ExecResult:
         resp = self._call(
