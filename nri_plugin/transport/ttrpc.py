@@ -8,22 +8,22 @@ to 16 MiB (``MAX_RECV_MESSAGE``) because NRI v0.6.1 does not check its own sends
 Synchronize), and anything larger is a ``ProtocolError``.
 
 ``TtrpcServer`` answers unknown services/methods with UNIMPLEMENTED (12), which NRI v0.12
-runtimes need to fall back to ``StateChange``. Handlers run on a small pool; a dispatcher thread
-waits for each one at most until the caller's deadline (``timeout_nano``) minus a margin and then
-answers DEADLINE_EXCEEDED itself, so a slow handler fails one call instead of the runtime
+runtimes need to fall back to ``StateChange``. Handlers run on a small pool and send their own
+reply; a watchdog thread answers DEADLINE_EXCEEDED for any call still running shortly before the
+caller's deadline (``timeout_nano``), so a slow handler fails one call instead of the runtime
 disconnecting the plugin.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import logging
-import queue
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -208,20 +208,26 @@ class _Slot:
         self.error: TransportError | None = None
 
 
-@dataclass(frozen=True)
-class _Job:
-    stream_id: int
-    method: str
-    handler: Handler
-    payload: bytes
-    budget_s: float
+class _Call:
+    """One request in flight; answered exactly once, by its handler or by the watchdog."""
+
+    __slots__ = ("answered", "deadline", "method", "stream_id")
+
+    def __init__(self, stream_id: int, method: str, deadline: float) -> None:
+        self.stream_id = stream_id
+        self.method = method
+        self.deadline = deadline
+        self.answered = False
 
 
 class TtrpcServer:
     """Serves registered (service, method) pairs on one connection.
 
     ``feed`` runs on the mux reader: it decodes, validates stream ids, answers protocol-level
-    errors (UNIMPLEMENTED, INVALID_ARGUMENT) at once and queues the rest for the dispatcher.
+    errors (UNIMPLEMENTED, INVALID_ARGUMENT) at once and hands each call to the handler pool,
+    whose thread sends the reply itself (one thread hop per call). A watchdog thread answers
+    DEADLINE_EXCEEDED for a call still running ``deadline_margin_s`` before the caller's
+    deadline; the late handler's result is then dropped.
     """
 
     def __init__(
@@ -240,11 +246,12 @@ class TtrpcServer:
         self._last_id = 0
         self._default_timeout_s = default_timeout_s
         self._margin_s = deadline_margin_s
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-handler")
-        self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"{name}-dispatch", daemon=True)
-        self._dispatcher.start()
+        self._cv = threading.Condition()
+        self._deadlines: list[tuple[float, int, _Call]] = []  # heap, guarded by _cv
         self._closed = False
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-handler")
+        self._watchdog = threading.Thread(target=self._watch_loop, name=f"{name}-watchdog", daemon=True)
+        self._watchdog.start()
 
     def feed(self, data: bytes) -> None:
         for msg in self._decoder.feed(data):
@@ -269,57 +276,92 @@ class TtrpcServer:
                 self._reply(msg.stream_id, encode_response(code=Code.UNIMPLEMENTED, message=text))
                 continue
             timeout_s = req.timeout_nano / 1e9 if req.timeout_nano > 0 else self._default_timeout_s
-            budget_s = max(0.05, timeout_s - self._margin_s)
-            self._queue.put(_Job(msg.stream_id, req.method, handler, req.payload, budget_s))
+            call = _Call(msg.stream_id, req.method, time.monotonic() + max(0.05, timeout_s - self._margin_s))
+            with self._cv:
+                if self._closed:
+                    return
+                heapq.heappush(self._deadlines, (call.deadline, call.stream_id, call))
+                self._cv.notify()
+            try:
+                self._pool.submit(self._run, call, handler, req.payload)
+            except RuntimeError:  # the pool was shut down by close() meanwhile
+                return
 
     def _reply(self, stream_id: int, response: bytes) -> None:
         try:
             self._send(encode_message(stream_id, TYPE_RESPONSE, response))
         except ProtocolError as exc:  # our reply is too large: tell the caller instead
-            self._send(
-                encode_message(
-                    stream_id, TYPE_RESPONSE, encode_response(code=Code.RESOURCE_EXHAUSTED, message=str(exc))
-                )
-            )
+            refusal = encode_response(code=Code.RESOURCE_EXHAUSTED, message=str(exc))
+            self._send(encode_message(stream_id, TYPE_RESPONSE, refusal))
 
-    def _dispatch_loop(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            try:
-                self._reply(job.stream_id, self._run(job))
-            except TransportError as exc:
-                log.debug("ttrpc: reply to %s (stream %d) not sent: %s", job.method, job.stream_id, exc)
-            except Exception:  # top of a thread loop (style §2.4): log, keep serving
-                log.exception("ttrpc: dispatcher failed on %s", job.method)
+    def _claim(self, call: _Call) -> bool:
+        """True for the first of handler and watchdog to answer ``call``."""
+        with self._cv:
+            if call.answered:
+                return False
+            call.answered = True
+            return True
 
-    def _run(self, job: _Job) -> bytes:
-        future: Future[bytes] = self._pool.submit(job.handler, job.payload)
+    def _answer(self, call: _Call, response: bytes) -> None:
         try:
-            return encode_response(payload=future.result(timeout=job.budget_s))
-        except FutureTimeout:
-            log.error(
-                "ttrpc: %s handler did not finish within %.2fs; answering DEADLINE_EXCEEDED", job.method, job.budget_s
+            self._reply(call.stream_id, response)
+        except TransportError as exc:
+            log.debug("ttrpc: reply to %s (stream %d) not sent: %s", call.method, call.stream_id, exc)
+
+    def _run(self, call: _Call, handler: Handler, payload: bytes) -> None:
+        response = self._invoke(call.method, handler, payload)
+        if self._claim(call):
+            self._answer(call, response)
+        else:
+            log.warning(
+                "ttrpc: %s (stream %d) finished after its deadline; result dropped", call.method, call.stream_id
             )
-            return encode_response(
-                code=Code.DEADLINE_EXCEEDED,
-                message=f"gpushare: {job.method} handler did not finish within {job.budget_s:.2f}s",
-            )
+
+    @staticmethod
+    def _invoke(method: str, handler: Handler, payload: bytes) -> bytes:
+        try:
+            return encode_response(payload=handler(payload))
         except InstructionRefused as exc:
             return encode_response(code=Code.FAILED_PRECONDITION, message=str(exc))
         except RpcStatusError as exc:
             return encode_response(code=exc.code, message=exc.status_message)
-        except Exception as exc:
-            log.exception("ttrpc: %s handler failed", job.method)
-            return encode_response(code=Code.INTERNAL, message=f"gpushare: {job.method} failed: {exc!r}")
+        except Exception as exc:  # top of a handler call: the caller gets INTERNAL, we keep serving
+            log.exception("ttrpc: %s handler failed", method)
+            return encode_response(code=Code.INTERNAL, message=f"gpushare: {method} failed: {exc!r}")
+
+    def _watch_loop(self) -> None:
+        while True:
+            expired: list[_Call] = []
+            with self._cv:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                while self._deadlines and (self._deadlines[0][2].answered or self._deadlines[0][0] <= now):
+                    _, _, call = heapq.heappop(self._deadlines)
+                    if not call.answered:
+                        call.answered = True
+                        expired.append(call)
+                if not expired:
+                    wait_s = self._deadlines[0][0] - now if self._deadlines else None
+                    self._cv.wait(wait_s)
+                    continue
+            for call in expired:
+                log.error("ttrpc: %s handler ran past its deadline; answering DEADLINE_EXCEEDED", call.method)
+                self._answer(
+                    call,
+                    encode_response(
+                        code=Code.DEADLINE_EXCEEDED,
+                        message=f"gpushare: {call.method} handler did not finish before the caller's deadline",
+                    ),
+                )
 
     def close(self) -> None:
-        """Stop the dispatcher and the handler pool; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(None)
-        if threading.current_thread() is not self._dispatcher:
-            self._dispatcher.join(timeout=5.0)
+        """Stop the watchdog and the handler pool; idempotent."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._cv.notify_all()
+        if threading.current_thread() is not self._watchdog:
+            self._watchdog.join(timeout=5.0)
         self._pool.shutdown(wait=True, cancel_futures=True)
