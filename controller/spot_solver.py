@@ -340,11 +340,17 @@ def plan_spot(
             actions.append(SetSpotHealth(rid, False, gpus[rid].reason))
     if kmod.available:
         detecting = kmod.detecting - undetected_now
+        released = set(undetected_now)
         # Notices nobody is waiting on (a stale watch, an owner not lent out): release at once.
         for pidns in sorted(notice_set - undetected_now):
             if pidns not in away_pidns and pidns not in detect_pidns:
                 actions.append(KmodCommand("release", pidns))
-        actions += [KmodCommand("undetect", p) for p in sorted(detecting - detect_pidns)]
+                released.add(pidns)
+        for pidns in sorted(detecting - detect_pidns):
+            # A caller may be held right now (its notice still in flight): let it go, then stop watching.
+            if pidns not in released:
+                actions.append(KmodCommand("release", pidns))
+            actions.append(KmodCommand("undetect", pidns))
         actions += [KmodCommand("delete", p) for p in sorted(kmod.added - add_pidns)]
         actions += [KmodCommand("add", p) for p in sorted((add_pidns | detect_pidns) - kmod.added)]
         actions += [KmodCommand("detect", p) for p in sorted(detect_pidns - detecting)]

@@ -121,6 +121,10 @@ def kmod_ops(plan: SpotPlan) -> list[tuple[str, int]]:
     return [(a.op, a.pidns) for a in plan.actions if isinstance(a, KmodCommand)]
 
 
+def evictions_of(plan: SpotPlan) -> list[Evict]:
+    return [a for a in plan.actions if isinstance(a, Evict)]
+
+
 def evictions(plan: SpotPlan) -> list[tuple[str, str]]:
     return [(a.ref.key, a.reason) for a in plan.actions if isinstance(a, Evict)]
 
@@ -279,7 +283,9 @@ def test_borrower_loses_a_gpu_nobody_lends(kw: dict[str, Any], reason: str) -> N
     plan = run(world(borrower=True, **kw), idle(), kmod=LENT)
     assert evictions(plan) == [("spot/job", reason)]
     assert plan.actions[0] == SetSpotHealth("GPU-0", False, reason)
-    assert ("undetect", PIDNS) in kmod_ops(plan) and ("delete", PIDNS) in kmod_ops(plan)
+    # Only after the kill: release any held caller, stop watching, forget the namespace.
+    assert kmod_ops(plan) == [("release", PIDNS), ("undetect", PIDNS), ("delete", PIDNS)]
+    assert plan.actions.index(KmodCommand("release", PIDNS)) > plan.actions.index(evictions_of(plan)[0])
 
 
 def test_holder_not_yet_in_the_pod_cache_is_unknown_not_gone() -> None:
@@ -318,3 +324,10 @@ def test_idle_detector_status_becomes_a_verdict(
 ) -> None:
     status = IdleStatus("uuid-0", state, idle_since, 0.0, 5.0, "r", 0.0, (Workload("team", "owner", "app"),))
     assert verdict_from_status("GPU-0", status, is_process_level=process_level) == want
+
+
+def test_an_owner_busy_again_without_a_notice_is_released_before_it_is_unwatched() -> None:
+    # Away and watched; now active with no notice yet (it may be in flight while the kernel holds a call).
+    plan = run(world(), active(), kmod=LENT)
+    assert state(plan) == SpotState.BUSY
+    assert kmod_ops(plan) == [("release", PIDNS), ("undetect", PIDNS)]
