@@ -68,7 +68,11 @@ install_go() {
         return 0
     fi
     local bin="$ROOT_2/bin"
-    if [[ -x "$bin/containerd" && -x "$bin/ctr" && -x "$bin/containerd-shim-runc-v2" && -x "$bin/nri-device-injector" ]]; then
+    # The stamp names the inputs: a changed plugin source or build script rebuilds.
+    local inputs
+    inputs="$CD2_VERSION $(cat "$HERE/nri-device-injector/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+    if [[ -x "$bin/containerd" && -x "$bin/ctr" && -x "$bin/containerd-shim-runc-v2" && -x "$bin/nri-device-injector" \
+        && "$(cat "$bin/.inputs" 2>/dev/null)" == "$inputs" ]]; then
         say "containerd $CD2_VERSION already built in $bin"
         ln -sfn "$CD2_VERSION" "$CACHE/containerd/2.x"
         return 0
@@ -93,6 +97,7 @@ install_go() {
     (cd "$src" && CGO_ENABLED=0 nice -n 10 go build -mod=mod -trimpath -tags no_btrfs -ldflags "$ldflags" -o "$bin/" \
         "$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2" \
         ./cmd/nri-device-injector)
+    echo "$inputs" >"$bin/.inputs"
     ln -sfn "$CD2_VERSION" "$CACHE/containerd/2.x"
     say "built in $((SECONDS - start)) s: $("$bin/containerd" --version)"
 }
