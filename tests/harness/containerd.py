@@ -87,8 +87,8 @@ def find_install(version: str, cache: Path | None = None) -> ContainerdInstall:
     elif version == "2.x":
         inst = ContainerdInstall(version, root / "2.x" / "bin")
         how = (
-            f"{_INSTALL_HINT}, step `go` (needs the Go toolchain and the module proxy"
-            f" for github.com/containerd/containerd/v2; see {cache or cache_root()}/install-go.log)"
+            f"{_INSTALL_HINT}, step `go` (needs the Go toolchain and the Go module proxy serving"
+            " github.com/containerd/containerd/v2; when it cannot build, it prints SKIP and why)"
         )
     else:
         raise ValueError(f"unknown containerd version {version!r}; known: {', '.join(VERSIONS)}")
