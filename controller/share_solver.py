@@ -174,14 +174,18 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
     )
     for key in sorted(set(shadows_by_key) | set(pending_by_key) | warm_keys):
         pending = pending_by_key.get(key, [])
-        if (key.kind, key.spec) not in configured or key.pool.resource not in real_resources:
-            actions += _refuse_unknown(key, pending, cfg)
-            continue
-        n = key.spec
         alive = sorted(shadows_by_key.get(key, []), key=lambda s: s.ref)
+        is_served = (key.kind, key.spec) in configured and key.pool.resource in real_resources
+        if not is_served:
+            # No new shadow; the ones left from an earlier config still idle out.
+            actions += _refuse_unknown(key, pending, cfg)
+            pending = []
+            if not alive:
+                continue
+        n = key.spec
         free = sum(max(0, n - used[s.ref.uid]) for s in alive)
         asked = sum(p.quantity for p in pending)
-        target = asked + cfg.warm_shadows * n
+        target = asked + (cfg.warm_shadows * n if is_served else 0)
         shortage = target - free
         create = -(-shortage // n) if shortage > 0 else 0  # exact integer ceil
         if create:

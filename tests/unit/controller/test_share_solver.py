@@ -149,6 +149,15 @@ def test_unserved_spec_or_pool_gets_a_warning_not_a_shadow(pods: list[dict[str, 
     assert event.message.startswith("gpushare: ")
 
 
+def test_shadows_of_a_spec_no_longer_served_still_idle_out() -> None:
+    cfg = Config(node_name=NODE, share_specs=(2,), warm_shadows=1)
+    pods = [shadow("old", 4), shadow("old-used", 4, users=used_users(1, "old-used"))]
+    since = {"uid-gpushare-system-old": NOW - 5000, "uid-gpushare-system-old-used": NOW - 5000}
+    plan = plan_shadows(snap(pods, cfg), cfg, NOW, since)
+    assert deletes(plan.actions) == ["old"]  # the warm pool does not apply to an unserved spec
+    assert [c for c in creates(plan.actions) if c.key.kind == keys.KIND_SHARE and c.key.spec == 4] == []
+
+
 # --- names and the manifest ----------------------------------------------------------------------------------
 
 
