@@ -18,7 +18,8 @@ Why some things look the way they do:
   bind mount of ``<root>/kubelet/device-plugins``; the system paths are never touched. Its root dir
   is a shared bind mount, so the volumes kubelet mounts there are seen by containerd outside.
 - kubelet sets six kernel sysctls on start (vm.overcommit_memory, kernel.panic, ...). They are
-  global, so the harness records them before kubelet starts and writes them back on teardown.
+  global: the machine's values are recorded once (/run) before the first kubelet starts and
+  written back when the last kubelet of ours stops.
 - cgroups here are v1: kubelet v1.34 runs on them with ``failCgroupV1: false``; all pod cgroups
   live under ``/<root name>`` in every hierarchy and are removed on teardown.
 """
@@ -68,6 +69,8 @@ KUBELET_SYSCTLS = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 )
+# /run: cleared by a reboot, which also resets the sysctls.
+SYSCTL_RECORD = Path("/run/gpushare-kube-sysctls.json")
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
 BUILD_HINT = "make deps   (or: hack/kube/build.sh && hack/kube/install-etcd.sh && hack/containerd/install.sh)"
 
@@ -488,6 +491,14 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+def _process_identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time in clock ticks): a PID alone may be reused by another process."""
+    try:
+        return pid, int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _pids_mentioning(text: str) -> list[int]:
     """Live processes whose command line mentions ``text`` (our root dir: every process we start)."""
     me = os.getpid()
@@ -567,12 +578,41 @@ def read_sysctls() -> dict[str, str]:
     return {k: (SYSCTL_DIR / k).read_text().strip() for k in KUBELET_SYSCTLS if (SYSCTL_DIR / k).exists()}
 
 
-def restore_sysctls(saved: dict[str, str]) -> None:
-    for key, value in saved.items():
+def write_sysctls(values: dict[str, str]) -> None:
+    for key, value in values.items():
         path = SYSCTL_DIR / key
         with contextlib.suppress(OSError):
             if path.read_text().strip() != value:
                 path.write_text(value)
+
+
+def our_kubelets() -> list[int]:
+    """Live kubelets started by this harness (any cluster): their command line carries our node name."""
+    return [
+        pid
+        for pid in _pids_mentioning(f"--hostname-override={NODE_NAME}")
+        if Path(_cmdline(pid)[0]).name == "kubelet" and "--config=/tmp/" in " ".join(_cmdline(pid))
+    ]
+
+
+def record_sysctls(record: Path = SYSCTL_RECORD) -> None:
+    """Before a kubelet starts: remember the machine's values, unless a record already exists.
+
+    One record for the machine, not one per cluster: a second cluster started while a first
+    kubelet runs would otherwise remember kubelet's values and put those "back".
+    """
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError), open(record, "x") as f:
+        json.dump(read_sysctls(), f)
+
+
+def restore_sysctls(record: Path = SYSCTL_RECORD) -> None:
+    """After a kubelet stopped: when no kubelet of ours runs any more, write the record back."""
+    if our_kubelets() or not record.exists():
+        return
+    with contextlib.suppress(OSError, ValueError):
+        write_sysctls(json.loads(record.read_text()))
+        record.unlink()
 
 
 def leftovers(root: Path) -> list[str]:
@@ -593,10 +633,11 @@ class Cluster:
         self.node_name = NODE_NAME
         self.ports = Ports(*(free_port() for _ in dataclasses.fields(Ports)))
         self.containerd: Containerd | None = None
-        self.saved_sysctls: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._pids: dict[str, int] = {}
+        # The process whose death makes this cluster garbage (None: detached, `make cluster-up`).
+        self.owner: tuple[int, int] | None = _process_identity(os.getpid())
 
     # -- what tests use ----------------------------------------------------------------------
     @property
@@ -724,7 +765,7 @@ class Cluster:
         for point in mounts_under(Path("/proc/self/mountinfo").read_text(), lay.root):
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
         problems = remove_cgroup_root(lay.cgroup_root)
-        restore_sysctls(self.saved_sysctls)
+        restore_sysctls()
         return problems + leftovers(lay.root)
 
     def stop_kubelet(self) -> None:
@@ -732,8 +773,7 @@ class Cluster:
 
     def start_kubelet(self, wait: bool = True, timeout_s: float = 60.0) -> None:
         """Start kubelet; with ``wait``, until it is healthy, has made a new kubelet.sock and the node is Ready."""
-        if not self.saved_sysctls:
-            self.saved_sysctls = read_sysctls()
+        record_sysctls()
         doc = kubelet_config_doc(self.layout, self.ports, self.cri_socket)
         self.layout.kubelet_config.write_text(yaml.safe_dump(doc))
         started = time.time()
@@ -810,7 +850,7 @@ class Cluster:
             "root": str(self.root),
             "ports": dataclasses.asdict(self.ports),
             "pids": self.pids,
-            "sysctls": self.saved_sysctls,
+            "owner": list(self.owner) if self.owner else None,
             "kubeconfig": str(self.kubeconfig),
         }
 
@@ -819,7 +859,6 @@ class Cluster:
         c = cls(Path(state["root"]), Binaries.find(cache_dir()), find_install("2.x"))
         c.ports = Ports(**state["ports"])
         c._pids = {k: int(v) for k, v in state["pids"].items()}
-        c.saved_sysctls = dict(state["sysctls"])
         return c
 
     # -- internals ---------------------------------------------------------------------------
@@ -972,6 +1011,37 @@ def running_cluster(root: Path | None = None, keep: bool = False) -> Iterator[Cl
         raise ClusterError(f"teardown of {c.root} left: {problems}")
 
 
+def reap_dead_clusters(tmp: Path = Path("/tmp")) -> list[Path]:
+    """Tear down clusters left by a killed test run; returns their roots.
+
+    Garbage: a state file whose owner process is gone (a detached `make cluster-up` cluster has
+    no owner), or none of whose processes is alive any more.
+    """
+    reaped = []
+    for state_file in sorted(tmp.glob("gs-k*/cluster.json")):
+        root = state_file.parent
+        try:
+            state = json.loads(state_file.read_text())
+            pids = [int(p) for p in state["pids"].values()]
+            owner = tuple(state.get("owner") or ())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if state.get("root") != str(root):
+            continue
+        owner_gone = len(owner) == 2 and _process_identity(int(owner[0])) != owner
+        all_dead = not any(_alive(p) for p in pids) and not _pids_mentioning(str(root))
+        if not (owner_gone or all_dead):
+            continue
+        if not Cluster.from_state(state).stop():
+            shutil.rmtree(root, ignore_errors=True)
+            reaped.append(root)
+    return reaped
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A Ready one-node cluster shared by the whole session (skips, naming the build command, if absent)."""
@@ -979,15 +1049,27 @@ def cluster() -> Iterator[Cluster]:
         find_installs()
     except ClusterUnavailable as e:
         pytest.skip(str(e))
-    with running_cluster(keep=bool(os.environ.get("GPUSHARE_KEEP_CLUSTER"))) as c:
-        yield c
+    reap_dead_clusters()
+    # `timeout` and CI end a run with SIGTERM, which by default skips every finally: turn it into
+    # KeyboardInterrupt so pytest tears the session down and the cluster goes with it.
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with running_cluster(keep=bool(os.environ.get("GPUSHARE_KEEP_CLUSTER"))) as c:
+            yield c
+    finally:
+        if previous == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _cli_up(root: Path) -> int:
+    reap_dead_clusters()
     if (root / "cluster.json").exists():
         print(f"a cluster is already up in {root} (make cluster-down first)", file=sys.stderr)
         return 1
     c = new_cluster(root)
+    c.owner = None  # detached: it lives on after this command, until `down`
     try:
         c.start()
     except BaseException:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import Binaries, ClusterUnavailable, cache_dir, leftovers, read_sysctls
+from tests.harness.cluster import (
+    Binaries,
+    ClusterUnavailable,
+    cache_dir,
+    find_installs,
+    leftovers,
+    read_sysctls,
+    reap_dead_clusters,
+)
 from tests.harness.images import BUSYBOX_IMAGE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,14 +31,18 @@ def cli(action: str, root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO, check=False)
 
 
-@pytest.mark.slow
-def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the cluster needs root (mounts, cgroups); run `sudo make test`")
+def require_cluster_installs() -> Path:
+    """kubectl's path; skips (naming the build command) when the cluster cannot run here."""
     try:
-        kubectl = Binaries.find(cache_dir()).kubectl
+        find_installs()
+        return Binaries.find(cache_dir()).kubectl
     except ClusterUnavailable as e:
         pytest.skip(str(e))
+
+
+@pytest.mark.slow
+def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
+    kubectl = require_cluster_installs()
     root = Path(tempfile.mkdtemp(prefix="gs-kt", dir="/tmp"))
     sysctls = read_sysctls()
     t0 = time.monotonic()
@@ -72,3 +84,32 @@ def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
     assert not root.exists()
     assert read_sysctls() == sysctls, "kubelet's sysctl changes were not put back"
     print(f"cluster up (CLI, cached binaries) in {started:.1f} s")
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_test_process_was_killed_is_reaped() -> None:
+    require_cluster_installs()
+    root = Path(tempfile.mkdtemp(prefix="gs-kr", dir="/tmp"))
+    script = (
+        "import sys, time; from pathlib import Path; from tests.harness.cluster import new_cluster; "
+        "new_cluster(Path(sys.argv[1])).start(); print('up', flush=True); time.sleep(600)"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, str(root)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "up", owner.stderr
+        assert reap_dead_clusters() == [] or root.exists(), "a live cluster was reaped"
+        assert root.exists()
+        owner.send_signal(signal.SIGKILL)  # no finally, no teardown: the cluster's processes live on
+        owner.wait(timeout=10)
+        assert any(item.startswith("process") for item in leftovers(root))
+        assert root in reap_dead_clusters()
+        assert leftovers(root) == [] and not root.exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(timeout=10)
+        for stream in (owner.stdout, owner.stderr):
+            if stream is not None:
+                stream.close()
