@@ -205,7 +205,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     return f"version = 3\n{head}{cri}{nri_section}{extra}\n"
 
 
-def _mounts_under(base: Path) -> list[str]:
+def mounts_under(base: Path) -> list[str]:
     """Mount points below `base`, deepest first (the order they must be unmounted in)."""
     found: list[str] = []
     with open("/proc/self/mountinfo") as f:
@@ -216,8 +216,12 @@ def _mounts_under(base: Path) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def _pids_with_arg(needle: str) -> list[int]:
-    """PIDs whose command line contains `needle` (our own shims carry our unique socket path)."""
+def shim_pids(address: str) -> list[int]:
+    """PIDs of the runc shims serving this instance: a shim's argv names its containerd address.
+
+    Only shims: other processes may name the address too (a kubelet's runtime endpoint) and are
+    not ours to kill.
+    """
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -226,8 +230,19 @@ def _pids_with_arg(needle: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(needle.encode() in a for a in argv):
+        if Path(argv[0].decode(errors="replace")).name.startswith("containerd-shim") and address.encode() in argv:
             pids.append(int(entry.name))
+    return pids
+
+
+def cgroup_pids(parent: str) -> set[int]:
+    """Every process in the cgroup subtree `parent`, across all hierarchies."""
+    pids: set[int] = set()
+    for ctl in Path("/sys/fs/cgroup").iterdir():
+        top = ctl / parent.lstrip("/")
+        for procs in top.rglob("cgroup.procs") if top.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(line) for line in procs.read_text().split())
     return pids
 
 
@@ -326,10 +341,15 @@ class Containerd(Lifecycle):
         if self.pid is not None:
             self._remove_all_pods()
         self.stop()
-        for pid in _pids_with_arg(self.address):
+        # Pods CRI could not remove (containerd already gone): their processes sit in our cgroup
+        # parent and outlive a killed shim, so they go first.
+        for pid in [*cgroup_pids(self.cgroup_parent), *shim_pids(self.address)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        for mount_point in _mounts_under(self.paths.base):
+        deadline = time.monotonic() + 5
+        while cgroup_pids(self.cgroup_parent) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for mount_point in mounts_under(self.paths.base):
             subprocess.run(["umount", "-l", mount_point], check=False, capture_output=True)
         _remove_cgroups(self.cgroup_parent)
         shutil.rmtree(self.paths.base, ignore_errors=True)

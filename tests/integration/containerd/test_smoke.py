@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.containerd import Containerd
+from tests.harness.containerd import Containerd, ContainerdInstall, cgroup_pids, mounts_under, shim_pids
 from tests.harness.cri import CriClient, CriError
 from tests.harness.devices import FakeDevice
 from tests.integration.containerd.common import GPU_ID, Seen, expected_node, probe, run_source
@@ -69,3 +69,19 @@ def test_private_paths(containerd: Containerd) -> None:
     config = containerd.config_path.read_text()
     assert "restrict_oom_score_adj = true" in config and "/run/containerd/containerd.sock" not in config
     assert not Path(containerd.nri_socket).is_relative_to("/var/run")
+
+
+def test_close_cleans_up_after_containerd_is_gone(containerd_install: ContainerdInstall) -> None:
+    """A pod whose containerd already stopped: close() still ends its processes, mounts and cgroups."""
+    cd = Containerd(containerd_install)
+    try:
+        cd.start()
+        with CriClient(cd.address, cgroup_parent=cd.cgroup_parent) as cri:
+            cri.run_container(cri.run_pod("stray"), "main")
+        assert shim_pids(cd.address) and cgroup_pids(cd.cgroup_parent)
+        cd.stop()
+    finally:
+        cd.close()
+    assert not shim_pids(cd.address) and not cgroup_pids(cd.cgroup_parent)
+    assert not mounts_under(cd.paths.base) and not cd.paths.base.exists()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*{cd.cgroup_parent}"))
