@@ -362,6 +362,7 @@ class Stub:
         A pre-connected plugin returns as soon as its socket closes (containerd will start it
         again with a fresh socket when it restarts)."""
         delay = self._backoff_initial_s
+        failures = 0
         while not stop.is_set() and not self._closed:
             try:
                 self.connect()
@@ -369,11 +370,15 @@ class Stub:
                 if self.preconnected:
                     log.error("nri: pre-connected handshake failed: %s", exc)
                     return
-                log.warning("nri: connect failed: %s; retrying in %.1fs", exc, delay)
+                # Rate-limited: the first failure, then about once a minute at the 5 s cap.
+                level = logging.WARNING if failures % 12 == 0 else logging.DEBUG
+                log.log(level, "nri: connect failed (%d in a row): %s; retrying in %.1fs", failures + 1, exc, delay)
+                failures += 1
                 stop.wait(delay)
                 delay = min(delay * 2, self._backoff_max_s)
                 continue
             delay = self._backoff_initial_s
+            failures = 0
             while not stop.is_set() and not self.wait_closed(0.2):
                 pass
             session = self._session
