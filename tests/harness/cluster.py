@@ -491,6 +491,11 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+def _pids_of(root: Path) -> list[int]:
+    """Processes of the cluster in ``root``: each names a path below it (never /tmp/gs-kube2 for /tmp/gs-kube)."""
+    return _pids_mentioning(f"{root}/")
+
+
 def _process_identity(pid: int) -> tuple[int, int] | None:
     """(pid, start time in clock ticks): a PID alone may be reused by another process."""
     try:
@@ -588,11 +593,12 @@ def write_sysctls(values: dict[str, str]) -> None:
 
 def our_kubelets() -> list[int]:
     """Live kubelets started by this harness (any cluster): their command line carries our node name."""
-    return [
-        pid
-        for pid in _pids_mentioning(f"--hostname-override={NODE_NAME}")
-        if Path(_cmdline(pid)[0]).name == "kubelet" and "--config=/tmp/" in " ".join(_cmdline(pid))
-    ]
+    found = []
+    for pid in _pids_mentioning(f"--hostname-override={NODE_NAME}"):
+        argv = _cmdline(pid)  # empty if it just exited
+        if argv and Path(argv[0]).name == "kubelet" and any(a.startswith("--config=/tmp/") for a in argv):
+            found.append(pid)
+    return found
 
 
 def record_sysctls(record: Path = SYSCTL_RECORD) -> None:
@@ -617,7 +623,7 @@ def restore_sysctls(record: Path = SYSCTL_RECORD) -> None:
 
 def leftovers(root: Path) -> list[str]:
     """What a torn-down cluster must not leave: processes, mounts and cgroups of ``root``."""
-    found = [f"process {pid}: {' '.join(_cmdline(pid))}" for pid in _pids_mentioning(str(root))]
+    found = [f"process {pid}: {' '.join(_cmdline(pid))}" for pid in _pids_of(root)]
     found += [f"mount {m}" for m in mounts_under(Path("/proc/self/mountinfo").read_text(), root)]
     found += [f"cgroup {h / root.name}" for h in _cgroup_hierarchies() if (h / root.name).exists()]
     return found
@@ -759,7 +765,7 @@ class Cluster:
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
         self._stop_containerd()
-        for pid in _pids_mentioning(str(lay.root)):  # stray shims or children
+        for pid in _pids_of(lay.root):  # stray shims or children
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for point in mounts_under(Path("/proc/self/mountinfo").read_text(), lay.root):
@@ -880,7 +886,7 @@ class Cluster:
         pid = self._pids.pop(name, 0)
         popen = self._procs.pop(name, None)
         # A PID from a state file may have been reused: only stop a process that is ours.
-        if pid and (popen is not None or any(str(self.root) in a for a in _cmdline(pid))):
+        if pid and (popen is not None or pid in _pids_of(self.root)):
             _stop_pid(pid, popen)
 
     def log_tail(self, name: str, lines: int = 30) -> str:
@@ -1029,7 +1035,7 @@ def reap_dead_clusters(tmp: Path = Path("/tmp")) -> list[Path]:
         if state.get("root") != str(root):
             continue
         owner_gone = len(owner) == 2 and _process_identity(int(owner[0])) != owner
-        all_dead = not any(_alive(p) for p in pids) and not _pids_mentioning(str(root))
+        all_dead = not any(_alive(p) for p in pids) and not _pids_of(root)
         if not (owner_gone or all_dead):
             continue
         if not Cluster.from_state(state).stop():
