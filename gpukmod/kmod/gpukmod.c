@@ -3,7 +3,8 @@
  * gpukmod - tell user space, within milliseconds, that a watched container
  * touched its GPU again (gpushare design.md sections 6 and 7).
  *
- * An ftrace hook on __x64_sys_ioctl looks at ioctls whose _IOC_TYPE is 0x46
+ * An ftrace hook on __x64_sys_ioctl (and __ia32_compat_sys_ioctl, for 32-bit
+ * callers, where the kernel has it) looks at ioctls whose _IOC_TYPE is 0x46
  * (the GPU drivers' ioctl type) from tasks outside the initial pid namespace.
  * When the task's pid namespace is in the table with detection armed, the
  * first such ioctl sends one notice (the u64 namespace inode) to the
@@ -44,7 +45,6 @@
 #define GPUKMOD_VERSION "0.0.0-unset"
 #endif
 
-#define GK_HOOK_SYMBOL		"__x64_sys_ioctl"
 #define GK_IOC_TYPE		0x46
 #define GK_MSG_CMD		0x10	/* NLMSG_MIN_TYPE: netlink_rcv_skb hands it to us */
 #define GK_MSG_NOTICE		0x11
@@ -135,9 +135,32 @@ static bool gk_exiting;
 static DECLARE_WAIT_QUEUE_HEAD(gk_wq);
 static atomic_t gk_inflight = ATOMIC_INIT(0);
 static struct sock *gk_nl;
-static unsigned long gk_fentry;		/* the address ftrace reports as ip */
-/* The true start of __x64_sys_ioctl, ENDBR included. */
-static asmlinkage long (*gk_real_ioctl)(const struct pt_regs *regs);
+
+static asmlinkage long gk_sys_ioctl(const struct pt_regs *regs);
+static asmlinkage long gk_compat_sys_ioctl(const struct pt_regs *regs);
+
+/**
+ * struct gk_hook - one hooked ioctl entry point
+ * @name: the system call wrapper's symbol
+ * @compat: 32-bit entry: the command is in regs->cx, not regs->si
+ * @required: load fails without it (the 64-bit entry); otherwise it is skipped
+ * @wrapper: where a watched call is diverted
+ * @fentry: the address ftrace reports as ip for it (0: not hooked)
+ * @orig: its true start, ENDBR included
+ */
+struct gk_hook {
+	const char *name;
+	bool compat;
+	bool required;
+	long (*wrapper)(const struct pt_regs *regs);
+	unsigned long fentry;
+	long (*orig)(const struct pt_regs *regs);
+};
+
+static struct gk_hook gk_hooks[] = {
+	{ .name = "__x64_sys_ioctl", .required = true, .wrapper = gk_sys_ioctl },
+	{ .name = "__ia32_compat_sys_ioctl", .compat = true, .wrapper = gk_compat_sys_ioctl },
+};
 
 static struct gk_entry *gk_find(u32 inum)
 {
@@ -295,27 +318,37 @@ static void gk_hold(u32 inum)
 }
 
 /**
- * gk_sys_ioctl() - where the hook sends a watched GPU ioctl
- * @regs: the system call's user registers, as __x64_sys_ioctl gets them
+ * gk_divert() - hold a watched GPU ioctl, then run the original
+ * @hook: the entry point it came through
+ * @regs: the system call's user registers, as the entry point gets them
  *
  * Returns: whatever the original system call returns.
  */
-static asmlinkage long gk_sys_ioctl(const struct pt_regs *regs)
+static long gk_divert(const struct gk_hook *hook, const struct pt_regs *regs)
 {
 	long ret;
 
 	atomic_inc(&gk_inflight);
 	gk_hold(gk_current_pidns());
-	ret = gk_real_ioctl(regs);
+	ret = hook->orig(regs);
 	if (atomic_dec_and_test(&gk_inflight))
 		wake_up_all(&gk_wq);
 	return ret;
 }
 
-/* Should the hook divert this call? Runs with preemption off: no sleeping. */
-static bool gk_wants(const struct pt_regs *uregs)
+static asmlinkage long gk_sys_ioctl(const struct pt_regs *regs)
 {
-	unsigned int cmd = (unsigned int)uregs->si;
+	return gk_divert(&gk_hooks[0], regs);
+}
+
+static asmlinkage long gk_compat_sys_ioctl(const struct pt_regs *regs)
+{
+	return gk_divert(&gk_hooks[1], regs);
+}
+
+/* Should the hook divert this call? Runs with preemption off: no sleeping. */
+static bool gk_wants(unsigned int cmd)
+{
 	struct gk_entry *e;
 	bool wants;
 	u32 inum;
@@ -336,17 +369,26 @@ static void notrace gk_ftrace_cb(unsigned long ip, unsigned long parent_ip,
 				 struct ftrace_ops *ops, struct ftrace_regs *fregs)
 {
 	struct pt_regs *regs = ftrace_get_regs(fregs);
+	const struct pt_regs *uregs;
+	const struct gk_hook *hook;
+	unsigned int cmd;
+	int i;
 
 	/* Our own call of the original comes back through here: let it pass. */
 	if (!regs || within_module(parent_ip, THIS_MODULE))
 		return;
-	if (ip != gk_fentry) {
-		pr_warn_once("hooked at %pS, expected %pS: not diverting\n",
-			     (void *)ip, (void *)gk_fentry);
+	for (i = 0; i < ARRAY_SIZE(gk_hooks); i++) {
+		hook = &gk_hooks[i];
+		if (!hook->fentry || ip != hook->fentry)
+			continue;
+		/* Both entry points take the caller's registers as their one argument. */
+		uregs = (const struct pt_regs *)regs->di;
+		cmd = hook->compat ? (unsigned int)uregs->cx : (unsigned int)uregs->si;
+		if (gk_wants(cmd))
+			regs->ip = (unsigned long)hook->wrapper;
 		return;
 	}
-	if (gk_wants((const struct pt_regs *)regs->di))
-		regs->ip = (unsigned long)gk_sys_ioctl;
+	pr_warn_once("called for %pS, which is not hooked: not diverting\n", (void *)ip);
 }
 
 static struct ftrace_ops gk_ops = {
@@ -355,7 +397,8 @@ static struct ftrace_ops gk_ops = {
 };
 
 /**
- * gk_find_original() - find where __x64_sys_ioctl starts
+ * gk_find_original() - find where a hooked entry point starts
+ * @hook: the entry point; fills in @hook->fentry and @hook->orig
  *
  * A kprobe is registered only to learn the address and removed at once. On
  * IBT kernels the probe sits after the ENDBR64 that opens the function; an
@@ -364,29 +407,60 @@ static struct ftrace_ops gk_ops = {
  *
  * Returns: 0 or a negative errno.
  */
-static int gk_find_original(void)
+static int gk_find_original(struct gk_hook *hook)
 {
-	struct kprobe kp = { .symbol_name = GK_HOOK_SYMBOL };
+	struct kprobe kp = { .symbol_name = hook->name };
 	unsigned long addr;
 	u32 insn = 0;
 	int err;
 
 	err = register_kprobe(&kp);
-	if (err) {
-		pr_err("register_kprobe(%s) failed: %d\n", GK_HOOK_SYMBOL, err);
+	if (err)
 		return err;
-	}
 	addr = (unsigned long)kp.addr;
 	unregister_kprobe(&kp);
 
-	gk_fentry = addr;
+	hook->fentry = addr;
 	if (IS_ENABLED(CONFIG_X86_KERNEL_IBT) &&
 	    !copy_from_kernel_nofault(&insn, (void *)(addr - sizeof(insn)), sizeof(insn)) &&
 	    insn == GK_ENDBR64)
 		addr -= sizeof(insn);
-	gk_real_ioctl = (void *)addr;
-	pr_debug("%s: ftrace site %pS, start %pS\n", GK_HOOK_SYMBOL,
-		 (void *)gk_fentry, (void *)addr);
+	hook->orig = (void *)addr;
+	pr_info("hooking %s: ftrace site %pS, original called at %pS\n", hook->name,
+		(void *)hook->fentry, (void *)addr);
+	return 0;
+}
+
+/**
+ * gk_prepare_hooks() - find every entry point and add it to the ftrace filter
+ *
+ * The filter is complete before the ops are registered (ftrace-uses.rst). An
+ * optional entry point that cannot be found (no IA32 emulation) is skipped.
+ *
+ * Returns: 0 or a negative errno.
+ */
+static int gk_prepare_hooks(void)
+{
+	struct gk_hook *hook;
+	char symbol[64];
+	int i, err;
+
+	for (i = 0; i < ARRAY_SIZE(gk_hooks); i++) {
+		hook = &gk_hooks[i];
+		err = gk_find_original(hook);
+		if (!err) {
+			strscpy(symbol, hook->name, sizeof(symbol));
+			err = ftrace_set_filter(&gk_ops, symbol, strlen(symbol), 0);
+		}
+		if (!err)
+			continue;
+		hook->fentry = 0;
+		if (hook->required) {
+			pr_err("cannot hook %s: %d\n", hook->name, err);
+			return err;
+		}
+		pr_info("%s not hooked (%d): 32-bit callers are not watched\n", hook->name, err);
+	}
 	return 0;
 }
 
@@ -633,7 +707,6 @@ static void gk_release_all(void)
 static int __init gk_init(void)
 {
 	struct netlink_kernel_cfg cfg = { .input = gk_nl_input };
-	char symbol[] = GK_HOOK_SYMBOL;
 	int err;
 
 	if (nl_unit < 0 || nl_unit >= MAX_LINKS) {
@@ -650,10 +723,6 @@ static int __init gk_init(void)
 		return -EOPNOTSUPP;
 	}
 
-	err = gk_find_original();
-	if (err)
-		return err;
-
 	gk_nl = netlink_kernel_create(&init_net, nl_unit, &cfg);
 	if (!gk_nl) {
 		pr_err("netlink_kernel_create(unit %d) failed: is the unit taken? try nl_unit=\n",
@@ -661,18 +730,17 @@ static int __init gk_init(void)
 		return -EBUSY;
 	}
 
-	/* The filter is set before the ops are registered (ftrace-uses.rst). */
-	err = ftrace_set_filter(&gk_ops, symbol, strlen(symbol), 1);
-	if (err) {
-		pr_err("ftrace_set_filter(%s) failed: %d\n", GK_HOOK_SYMBOL, err);
-		goto err_release_netlink;
-	}
+	err = gk_prepare_hooks();
+	if (err)
+		goto err_clear_filter;
 	err = register_ftrace_function(&gk_ops);
 	if (err) {
-		pr_err("register_ftrace_function failed: %d%s\n", err,
-		       err == -EBUSY ?
-		       " (only one IPMODIFY user may hook " GK_HOOK_SYMBOL
-		       ": a livepatch or another hook module holds it)" : "");
+		/* Only one IPMODIFY user may hold a function: say who to suspect. */
+		if (err == -EBUSY)
+			pr_err("register_ftrace_function failed: %d: another IPMODIFY user (a livepatch or hook module) holds an ioctl entry point\n",
+			       err);
+		else
+			pr_err("register_ftrace_function failed: %d\n", err);
 		goto err_clear_filter;
 	}
 
@@ -682,7 +750,6 @@ static int __init gk_init(void)
 
 err_clear_filter:
 	ftrace_free_filter(&gk_ops);
-err_release_netlink:
 	netlink_kernel_release(gk_nl);
 	return err;
 }

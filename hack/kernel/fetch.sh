@@ -26,6 +26,10 @@ host_tools() {
   command -v make >/dev/null || missing+=(make)
   command -v bc >/dev/null || missing+=(bc)
   dpkg -s libelf-dev >/dev/null 2>&1 || missing+=(libelf-dev)
+  command -v xz >/dev/null || missing+=(xz-utils)      # 6.12's modules are .ko.xz
+  command -v zstd >/dev/null || missing+=(zstd)         # 6.12's vmlinuz is zstd-compressed
+  perl -MTerm::ANSIColor -e1 2>/dev/null || missing+=(perl)  # checkpatch.pl
+  command -v unshare >/dev/null || missing+=(util-linux)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "kernel: installing host tools: ${missing[*]}"
     apt-get update -q

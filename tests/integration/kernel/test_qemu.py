@@ -43,13 +43,18 @@ def _require(release: str) -> None:
         pytest.skip("the QEMU tier reads root-owned caches and loads modules; run `sudo make test`")
 
 
-def _guest_script(work: Path, v1: Path, v2: Path, out: Path) -> Path:
+def _is_ibt(release: str) -> bool:
+    return "CONFIG_X86_KERNEL_IBT=y" in (_headers(release) / ".config").read_text()
+
+
+def _guest_script(work: Path, v1: Path, v2: Path, ibt: bool) -> Path:
     py = shlex.quote(sys.executable)
     script = work / "guest.sh"
     script.write_text(
         f"""#!/bin/sh
 export GPUKMOD_KO={shlex.quote(str(v1))} GPUKMOD_KO_NEXT={shlex.quote(str(v2))}
-export PYTHONDONTWRITEBYTECODE=1 HOME=/run TMPDIR=/run PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export GPUKMOD_EXPECT_IBT={int(ibt)} PYTHONDONTWRITEBYTECODE=1 HOME=/run TMPDIR=/run
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 cd {shlex.quote(str(REPO))} || exit 97
 uname -r
 {py} -m pytest -p no:cacheprovider -q \\
@@ -74,7 +79,7 @@ def test_gpukmod_in_qemu(release: str) -> None:
         v2 = build_module(_headers(release), work / "v2", version=f"{source_version()}+next")
         out = work / "out"
         out.mkdir()
-        script = _guest_script(work, v1, v2, out)
+        script = _guest_script(work, v1, v2, _is_ibt(release))
         proc = subprocess.run(
             ["bash", str(REPO / "hack/kernel/run-guest.sh"), release, str(script), str(GUEST_TIMEOUT_S)],
             stdin=subprocess.DEVNULL,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -64,10 +65,19 @@ class Worker:
             argv = ["unshare", "--pid", "--fork", "--", *argv]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         assert proc.stdout is not None and proc.stdin is not None
-        assert proc.stdout.readline().strip() == "ready"
-        proc.stdin.write("pidns\n")
-        word, inode = proc.stdout.readline().split()
-        assert word == "pidns"
+        try:
+            first = proc.stdout.readline().strip()
+            if first != "ready":
+                raise RuntimeError(f"worker did not start: {first!r}, exit {proc.poll()}")
+            proc.stdin.write("pidns\n")
+            word, inode = proc.stdout.readline().split()
+            assert word == "pidns"
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            proc.stdin.close()
+            proc.stdout.close()
+            raise
         return cls(proc, int(inode))
 
     def ioctl_async(self, ioc_type: int = GPU_TYPE, nr: int = 1, k: int = 1) -> None:
@@ -85,6 +95,11 @@ class Worker:
         self.ioctl_async(ioc_type, nr, k)
         return self.result()
 
+    def exec_async(self, path: Path) -> None:
+        """Run ``path`` (in this worker's pid namespace); ``result`` gives its exit status and time."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"exec {path}\n")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             assert self.proc.stdin is not None
@@ -97,6 +112,32 @@ class Worker:
                 self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def write_ia32_ioctl(path: Path, cmd: int) -> Path:
+    """Write a static 32-bit x86 program that does ioctl(0, cmd, 0) through int 0x80 and exits
+    with the errno (25 = ENOTTY on /dev/null). It enters through __ia32_compat_sys_ioctl, so
+    it exercises the compat hook without a 32-bit toolchain."""
+    base = 0x08048000
+    code = (
+        b"\xb8\x36\x00\x00\x00"  # mov eax, 54 (ioctl)
+        + b"\x31\xdb"  # xor ebx, ebx (fd 0)
+        + b"\xb9"
+        + struct.pack("<I", cmd)  # mov ecx, cmd
+        + b"\x31\xd2"  # xor edx, edx
+        + b"\xcd\x80"  # int 0x80
+        + b"\xf7\xd8"  # neg eax: -errno -> errno
+        + b"\x89\xc3"  # mov ebx, eax
+        + b"\xb8\x01\x00\x00\x00"  # mov eax, 1 (exit)
+        + b"\xcd\x80"  # int 0x80
+    )
+    size = 52 + 32 + len(code)
+    ident = b"\x7fELF\x01\x01\x01" + b"\0" * 9
+    ehdr = ident + struct.pack("<HHIIIIIHHHHHH", 2, 3, 1, base + 84, 52, 0, 0, 52, 32, 1, 0, 0, 0)
+    phdr = struct.pack("<IIIIIIII", 1, 0, base, base, size, size, 5, 0x1000)
+    path.write_bytes(ehdr + phdr + code)
+    path.chmod(0o755)
+    return path
 
 
 @contextlib.contextmanager

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +22,7 @@ from typer.testing import CliRunner
 from controller.commands.kmod import app
 from gpukmod import InstallAction, KmodClient, KmodError, install, loaded_version, unload
 from gpukmod.module import ko_version, source_version
-from gpukmod.protocol import MAX_COMMAND_LEN, CommandRejected, parse_command
+from gpukmod.protocol import MAX_COMMAND_LEN, CommandRejected, ioc, parse_command
 from tests.integration.kernel.guest.common import (
     GPU_TYPE,
     ensure_unloaded,
@@ -28,6 +30,7 @@ from tests.integration.kernel.guest.common import (
     ko_path,
     module_loaded,
     worker,
+    write_ia32_ioctl,
 )
 
 pytestmark = pytest.mark.skipif(not in_guest(), reason="runs inside the QEMU guest only: `make test` boots it")
@@ -56,6 +59,39 @@ def kmod() -> Iterator[None]:
 
 def test_loaded_version_matches_source(kmod: None) -> None:
     assert loaded_version() == source_version() == ko_version(ko_path())
+
+
+def _dmesg() -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True, check=True).stdout
+
+
+def test_original_is_called_at_its_true_start(kmod: None) -> None:
+    # 6.12 is built with IBT: the ftrace site sits after the ENDBR64, and the original must be
+    # called at +0x0 so the indirect call lands on ENDBR. 6.1 has no ENDBR: both at +0x0.
+    line = [x for x in _dmesg().splitlines() if "hooking __x64_sys_ioctl" in x][-1]
+    site = "+0x4/" if os.environ.get("GPUKMOD_EXPECT_IBT") == "1" else "+0x0/"
+    assert f"ftrace site __x64_sys_ioctl{site}" in line, line
+    assert "original called at __x64_sys_ioctl+0x0/" in line, line
+
+
+def test_compat_entry_is_hooked_for_32bit_callers(kmod: None, tmp_path: Path) -> None:
+    assert "hooking __ia32_compat_sys_ioctl" in _dmesg()
+    gpu = write_ia32_ioctl(tmp_path / "ioctl32-gpu", ioc(0, GPU_TYPE, 3, 0))
+    other = write_ia32_ioctl(tmp_path / "ioctl32-other", ioc(0, 0x47, 3, 0))
+    with KmodClient() as client, worker() as w:
+        client.register()
+        client.watch(w.pidns)
+        w.exec_async(other)
+        ((status, elapsed),) = w.result()
+        assert status == ENOTTY  # the program really issued the ioctl
+        assert client.next_notice(timeout_s=0.2) is None
+        w.exec_async(gpu)
+        assert client.next_notice(timeout_s=10) == w.pidns
+        time.sleep(0.5)
+        client.release(w.pidns)
+        ((status, held),) = w.result()
+        assert status == ENOTTY
+        assert held >= 0.45 and held > elapsed, (held, elapsed)
 
 
 def test_register_both_backends(kmod: None, backend: str) -> None:
@@ -236,6 +272,7 @@ def test_malformed_commands_rejected_and_module_keeps_working(kmod: None, backen
             assert code != 0, payload[:60]
             _kernel_agrees(client, payload)
         assert client.send_raw(b"add(1):5", msg_type=0x42) == errno.EOPNOTSUPP
+        assert "malformed command rejected" in _dmesg()  # logged (rate-limited), not silent
         # Still works afterwards.
         client.register()
         client.watch(w.pidns)

@@ -3,6 +3,7 @@ namespace via ``unshare -p -f``). Line protocol on stdin/stdout:
 
     -> "pidns"                  <- "pidns <inode>"
     -> "ioctl <type> <nr> <k>"  <- "done <errno> <seconds> ..." (k threads at once, one time each)
+    -> "exec <path>"            <- "done <exit status> <seconds>" (a 32-bit ioctl program)
     -> "exit"
 
 Any fd works for the hook: the ioctl runs the hook first, then fails with ENOTTY on
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -52,6 +54,10 @@ def main() -> None:
             for t in threads:
                 t.join()
             print("done " + " ".join(f"{c} {s:.6f}" for c, s in results), flush=True)
+        elif words[0] == "exec":
+            start = time.monotonic()
+            rc = subprocess.run([words[1]], stdin=subprocess.DEVNULL, check=False).returncode
+            print(f"done {rc} {time.monotonic() - start:.6f}", flush=True)
 
 
 if __name__ == "__main__":
