@@ -84,6 +84,8 @@ class _Runner:
 
     def _back_off(self, delay: float) -> float:
         self._safe_stop_serving()
+        if socket_identity(self.mgr.kubelet_socket) != self.attempt_identity:
+            return delay  # kubelet.sock changed during the attempt: try the new kubelet at once
         self.backing_off = True
         self.kick.wait(delay)
         self.backing_off = False
@@ -99,8 +101,11 @@ class _Runner:
                 self.registered = False
                 self.wake.clear()
                 self.kick.clear()
+            identity = socket_identity(mgr.kubelet_socket)
+            if identity != self.attempt_identity:
+                delay = _RETRY_MIN_S  # a new kubelet starts with a fresh back-off
+            self.attempt_identity = identity
             try:
-                self.attempt_identity = socket_identity(mgr.kubelet_socket)
                 self.plugin.serve()
                 self.plugin.register(mgr.kubelet_socket, mgr.register_timeout_s)
             except SocketReplaced as exc:

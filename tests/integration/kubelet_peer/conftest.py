@@ -17,6 +17,7 @@ def plugin_dir() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="gs-dp-", dir="/tmp")
     yield path
     shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(f"{path}.old", ignore_errors=True)  # KubeletPeer.restart(wipe_dir=True) leftovers
 
 
 @pytest.fixture

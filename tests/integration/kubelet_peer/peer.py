@@ -106,7 +106,11 @@ class KubeletPeer:
         """kubelet restarts: stop, delete every socket in the directory, serve a new kubelet.sock."""
         self.stop()
         if wipe_dir:
-            shutil.rmtree(self.dir)
+            # The plugins are live and may create a socket at any moment: move the directory
+            # away in one step, then delete it; start() makes a fresh one.
+            graveyard = f"{self.dir}.old"
+            os.rename(self.dir, graveyard)
+            shutil.rmtree(graveyard, ignore_errors=True)
         else:
             for name in os.listdir(self.dir):
                 path = os.path.join(self.dir, name)
