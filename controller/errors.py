@@ -8,7 +8,9 @@ GpushareError
     │   └── ApiUnavailable      unreachable, timed out, 429 or 5xx (also a RetryLater)
     ├── MetricsError            a metrics source could not be read or parsed at all
     ├── InvalidObject           a pod from the API lacks a field the controller needs (skipped)
-    └── StateError              the state file under stateDir cannot be opened or is too new
+    ├── StateError              the state file under stateDir cannot be opened or is too new
+    └── ProcessError            a host process fact (/proc, cgroupfs) could not be read or acted on
+        └── KillTimeout         a container's processes outlived the kill bound
 """
 
 from __future__ import annotations
@@ -50,3 +52,11 @@ class ResourceExpired(KubeError):
 
 class ApiUnavailable(KubeError, RetryLater):
     """The API server did not answer in time, could not be reached, or asked us to back off."""
+
+
+class ProcessError(ControllerError):
+    """A host process fact (``/proc``, cgroupfs) could not be read or acted on; names the path."""
+
+
+class KillTimeout(ProcessError):
+    """SIGKILL did not empty a container's cgroup in time (a task stuck in the kernel, D state)."""
