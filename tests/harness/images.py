@@ -6,7 +6,8 @@ An OCI image-layout tarball holding one uncompressed layer (busybox and its appl
 - `BUSYBOX_IMAGE`: test containers run their own command in it;
 - `PAUSE_IMAGE`: the CRI sandbox image, a shell loop that sleeps and exits on TERM.
 
-Tarballs are cached under `$GPUSHARE_CACHE/images` and rebuilt when missing.
+Tarballs are cached under `$GPUSHARE_CACHE/images` (`busybox-v<N>.tar`, `pause-v<N>.tar`) and
+rebuilt when missing.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _PAUSE_SCRIPT = "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; do
 _MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 _MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
 _MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar"
+# Bumped whenever the image contents change, so cached tarballs of an older layout are not reused.
+_LAYOUT_VERSION = 1
 
 
 class ImageBuildError(RuntimeError):
@@ -102,7 +105,7 @@ def write_image_tar(dest: Path, name: str, layer: bytes, entrypoint: list[str], 
         "config": {"Env": ["PATH=/bin"], "Entrypoint": entrypoint or None, "Cmd": cmd or None},
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
     }
-    tmp = dest.with_name(dest.name + ".tmp")
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")  # concurrent builders never share a file
     with tarfile.open(tmp, "w") as tar:
         config_raw = _json(config)
         manifest = {
@@ -141,8 +144,8 @@ def ensure_images(busybox: Path = BUSYBOX_BIN, directory: Path | None = None) ->
         raise ImageBuildError(f"{busybox} is missing; install busybox-static: hack/containerd/install.sh base")
     directory.mkdir(parents=True, exist_ok=True)
     wanted = [
-        ImageTar(BUSYBOX_IMAGE, directory / "busybox.tar"),
-        ImageTar(PAUSE_IMAGE, directory / "pause.tar"),
+        ImageTar(BUSYBOX_IMAGE, directory / f"busybox-v{_LAYOUT_VERSION}.tar"),
+        ImageTar(PAUSE_IMAGE, directory / f"pause-v{_LAYOUT_VERSION}.tar"),
     ]
     if all(img.path.is_file() for img in wanted):
         return wanted
