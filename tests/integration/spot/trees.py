@@ -11,7 +11,6 @@ Root and a mounted v1 freezer are required; ``skip_reason()`` says why not.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -60,8 +59,8 @@ class CgroupTrees:
                 files = [str(Path(cg.dir(h), "cgroup.procs")) for h in HIERARCHIES]
                 self.procs.append(
                     subprocess.Popen(
-                        ["sh", "-c", _script(children, forker)],
-                        preexec_fn=functools.partial(_join, files),  # the child joins its cgroup before exec
+                        # The shell joins its cgroup before it starts any child.
+                        ["sh", "-c", "".join(f"echo $$ > {f}; " for f in files) + _script(children, forker)],
                         start_new_session=True,
                     )
                 )
@@ -122,10 +121,3 @@ class CgroupTrees:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _join(files: list[str]) -> None:
-    pid = str(os.getpid())
-    for f in files:
-        with open(f, "w") as fh:
-            fh.write(pid)
