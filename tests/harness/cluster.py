@@ -1048,6 +1048,47 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+class _SessionCluster:
+    """One cluster per pytest process, however many conftests import the fixture.
+
+    Each conftest that re-exports ``cluster`` makes its own fixture definition, and pytest keeps
+    one value per definition; a reference count here makes them all share the first cluster,
+    stopped when the last user is torn down (at session end).
+    """
+
+    def __init__(self) -> None:
+        self.stack: contextlib.ExitStack | None = None
+        self.cluster: Cluster | None = None
+        self.users = 0
+
+    def acquire(self) -> Cluster:
+        if self.cluster is None:
+            reap_dead_clusters()
+            stack = contextlib.ExitStack()
+            # `timeout` and CI end a run with SIGTERM, which by default skips every finally: turn it
+            # into KeyboardInterrupt so pytest tears the session down and the cluster goes with it.
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _interrupt)
+                stack.callback(signal.signal, signal.SIGTERM, signal.SIG_DFL)
+            try:
+                self.cluster = stack.enter_context(running_cluster(keep=bool(os.environ.get("GPUSHARE_KEEP_CLUSTER"))))
+            except BaseException:
+                stack.close()
+                raise
+            self.stack = stack
+        self.users += 1
+        return self.cluster
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self.stack is not None:
+            stack, self.stack, self.cluster = self.stack, None, None
+            stack.close()
+
+
+_SESSION = _SessionCluster()
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A Ready one-node cluster shared by the whole session (skips, naming the build command, if absent)."""
@@ -1055,18 +1096,11 @@ def cluster() -> Iterator[Cluster]:
         find_installs()
     except ClusterUnavailable as e:
         pytest.skip(str(e))
-    reap_dead_clusters()
-    # `timeout` and CI end a run with SIGTERM, which by default skips every finally: turn it into
-    # KeyboardInterrupt so pytest tears the session down and the cluster goes with it.
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)
+    c = _SESSION.acquire()
     try:
-        with running_cluster(keep=bool(os.environ.get("GPUSHARE_KEEP_CLUSTER"))) as c:
-            yield c
+        yield c
     finally:
-        if previous == signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _SESSION.release()
 
 
 def _cli_up(root: Path) -> int:
