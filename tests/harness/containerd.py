@@ -3,7 +3,7 @@
 Everything the instance touches is private: root, state, the gRPC socket (CRI lives there), the NRI
 socket, runc's `Root`, a CNI dir, and a cgroup parent (`Containerd.cgroup_parent`, which
 `tests.harness.cri.CriClient` puts on every pod). The shim sockets are the one exception containerd
-does not let us move (`/run/containerd/s/<hash>`); `stop()` ends the shims of this instance by PID.
+does not let us move (`/run/containerd/s/<hash>`); `close()` ends the shims of this instance by PID.
 
 The generated config carries the machine's traps from test-environment.md: cgroupfs,
 `restrict_oom_score_adj = true`, overlayfs, NRI on with a 2 s request timeout, the locally built
@@ -309,6 +309,7 @@ class Containerd(Lifecycle):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                # containerd finds the shim on PATH: put this version's own shim first.
                 env={**os.environ, "PATH": f"{self.install.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
                 start_new_session=True,
             )
