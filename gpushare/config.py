@@ -80,6 +80,10 @@ class MetricsConfig:
     vendor: str = "auto"
     scrape_interval_s: float = 5.0
     scrape_timeout_s: float = 2.0
+    # The source's pod labels name the pods whose *processes* use a GPU (NVML, or the fake
+    # exporter of tests and the demo), not the pod it is allocated to (dcgm-exporter). Only
+    # then can utilization alone tell a returning owner from a borrower (docs/spot.md).
+    process_level: bool = False
     # Our own /metrics endpoint.
     listen: str = "0.0.0.0:9487"
 
