@@ -1,0 +1,152 @@
+"""The node agent: the reconcile loop, the device plugins, the NRI plugin and the HTTP endpoint in one process.
+
+One ``threading.Event`` stops everything (style.md §2.7); only the CLI installs signal
+handlers and sets it. Start order follows what each part needs from the one before:
+
+1. the device plugins (kubelet must see share-gpu-N before any sharer can be placed);
+2. the NRI plugin with a PodResources-backed oracle (it must be connected before a shadow's
+   ``main`` container is created, since it learns the shadow's devices there; on a reconnect
+   containerd's Synchronize replays existing containers);
+3. the reconcile loop (watches, Lease, passes);
+4. the endpoint (``/metrics``, ``/healthz``, ``/status`` on loopback).
+
+Shutdown runs in reverse; each join is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from controller.kube import KubeClient, LeaseElector
+from controller.loop import ReconcileLoop, SpotHooks
+from controller.metrics_endpoint import Endpoint, LatencyHistogram
+from controller.podresources import PodResourcesClient
+from controller.state import StateStore
+from deviceplugins import PluginManager
+from gpushare.config import Config
+from gpushare.log import kv
+from nri_plugin import Injector, Stub
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """Build with the config, ``start()``, then ``stop.set()`` and ``close()`` (or ``run()`` for both)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        kubeconfig: str | None = None,
+        spot_sources: Mapping[str, str] | None = None,
+        spot: SpotHooks | None = None,
+        listen: str | None = None,
+        period_s: float = 2.0,
+        use_lease: bool = True,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.stop = stop if stop is not None else threading.Event()
+        self.started_at = time.time()
+        # Short watches: a stopping agent waits at most this long for its watch threads.
+        self.client = KubeClient.from_kubeconfig(kubeconfig, timeout_s=10.0, watch_timeout_s=10)
+        self.store = StateStore(cfg.state_dir)
+        self.plugins = PluginManager.from_config(cfg, spot_sources=spot_sources, stop=self.stop)
+        self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
+        self.nri_latency = LatencyHistogram()
+        self.injector = Injector(
+            cfg, oracle=self.podresources, on_decision=lambda kind, *_a: self._on_nri_decision(kind, _a[-1])
+        )
+        self.stub = Stub(
+            self.injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index
+        )
+        elector = LeaseElector(self.client, holder=cfg.node_name) if use_lease else None
+        self.loop = ReconcileLoop(
+            cfg,
+            client=self.client,
+            plugins=self.plugins,
+            podresources=self.podresources,
+            store=self.store,
+            elector=elector,
+            spot=spot,
+            period_s=period_s,
+        )
+        self.endpoint = Endpoint(
+            listen or cfg.metrics.listen,
+            report=self.loop.last_report,
+            status=self.status,
+            nri_connected=self.nri_connected,
+            nri_latency=self.nri_latency,
+            max_age_s=max(30.0, 10 * period_s),
+        )
+        self._nri_thread = threading.Thread(target=self.stub.run, args=(self.stop,), name="gpushare-nri-run")
+
+    def _on_nri_decision(self, kind: str, took_ms: Any) -> None:
+        self.nri_latency.observe(kind, float(took_ms) / 1000.0)
+
+    def nri_connected(self) -> bool:
+        return self.stub.connections > 0 and not self.stub.wait_closed(0)
+
+    def start(self) -> None:
+        self.plugins.start()
+        self._nri_thread.start()
+        self.loop.start(self.stop)
+        self.endpoint.start()
+        log.info(
+            "agent started",
+            extra=kv(
+                node=self.cfg.node_name,
+                plugin_dir=self.cfg.kubelet.device_plugin_dir,
+                nri=self.cfg.nri.socket,
+                pod_resources=self.cfg.kubelet.pod_resources_socket,
+                endpoint=self.endpoint.address,
+            ),
+        )
+
+    def close(self) -> None:
+        """Stop everything, newest first; safe to call twice."""
+        self.stop.set()
+        self.endpoint.close()
+        self.loop.join()
+        self.stub.close()
+        if self._nri_thread.ident is not None:  # started
+            self._nri_thread.join(5.0)
+        self.plugins.stop()
+        self.podresources.close()
+        with contextlib.suppress(Exception):
+            self.store.close()
+        self.client.close()
+        log.info("agent stopped")
+
+    def run(self) -> None:
+        """Start, wait for ``stop``, close."""
+        self.start()
+        try:
+            while not self.stop.wait(1.0):
+                pass
+        finally:
+            self.close()
+
+    def status(self) -> dict[str, Any]:
+        """What ``gpushare status`` prints; built from immutable values only."""
+        report = self.loop.last_report()
+        return {
+            "source": "agent",
+            "node": self.cfg.node_name,
+            "agent": {"started_at": self.started_at, "pid": os.getpid()},
+            "nri": {
+                "connected": self.nri_connected(),
+                "connections": self.stub.connections,
+                "socket": self.cfg.nri.socket,
+            },
+            **report.to_json(),
+        }
+
+
+__all__ = ["Agent"]

@@ -1,0 +1,70 @@
+"""`gpushare agent`: the node agent (loop + device plugins + NRI plugin + /metrics) in one process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from controller.agent import Agent
+from controller.commands.deviceplugins import _parse_spot_from
+from gpushare.config import effective_config, load_config, with_overrides
+from gpushare.errors import ConfigError, GpushareError
+from gpushare.log import kv
+
+log = logging.getLogger(__name__)
+
+
+def agent(
+    *,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file (version: v1)")] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig (default: the in-cluster service account)"),
+    ] = None,
+    spot_from: Annotated[
+        list[str] | None,
+        typer.Option("--spot-from", help="RESOURCE=SOCKET of a vendor device plugin spot-gpu follows; repeatable"),
+    ] = None,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HOST:PORT of /metrics, /healthz, /status (default metrics.listen)")
+    ] = None,
+    period: Annotated[float, typer.Option("--period", help="seconds between reconcile passes without events")] = 2.0,
+    lease: Annotated[
+        bool, typer.Option("--lease/--no-lease", help="hold the gpushare-controller Lease for cluster-wide work")
+    ] = True,
+) -> None:
+    """Run the node agent until SIGTERM/SIGINT; one log line per decision."""
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+    if not cfg.node_name:
+        typer.echo("gpushare: nodeName is empty: set it in the config or the NODE_NAME variable", err=True)
+        raise typer.Exit(2)
+    stop = threading.Event()
+    try:
+        sources = _parse_spot_from(spot_from or [], cfg.real_resources[0])
+        if listen is not None:
+            cfg = with_overrides(cfg, metrics=dataclasses.replace(cfg.metrics, listen=listen))
+        runner = Agent(cfg, kubeconfig=kubeconfig, spot_sources=sources, period_s=period, use_lease=lease, stop=stop)
+    except (GpushareError, OSError) as exc:
+        typer.echo(f"gpushare: agent cannot start: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    log.info("effective config", extra=kv(config=json.dumps(effective_config(cfg), sort_keys=True)))
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("agent: signal %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    runner.run()
