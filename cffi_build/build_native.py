@@ -1,7 +1,7 @@
 """cffi out-of-line API build of the gpukmod C helper: ``gpukmod._native_c``.
 
 setup.py's ``cffi_modules`` runs this at install time (``pip install -e .`` included), so the
-extension is compiled on the machine that uses it. Run it directly from the project root to build in place.
+extension is compiled on the machine that uses it. To rebuild in place: `make kmod-native`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,3 @@ ffibuilder.set_source(
     include_dirs=["cffi_build"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror"],
 )
-
-if __name__ == "__main__":
-    ffibuilder.compile(verbose=False)
