@@ -29,6 +29,7 @@ _HINTS: dict[tuple[str | None, int], str] = {
     ("load", _errno.EINVAL): "a module parameter was refused (see dmesg for which)",
     ("open", _errno.EPROTONOSUPPORT): "gpukmod is not loaded; run `gpushare kmod load`",
     ("version", _errno.ENOENT): "gpukmod is not loaded; run `gpushare kmod load`",
+    ("backend", _errno.ENOSYS): "reinstall with `pip install -e .` (builds the C helper) or install pyroute2",
     (None, _errno.EPERM): "this needs root (CAP_SYS_MODULE to load, CAP_NET_ADMIN to send commands)",
     (None, _errno.ENOENT): "an id is not in the module's table (add it first), or the module is not loaded "
     "(run `gpushare kmod load`)",
@@ -66,4 +67,3 @@ class KmodUnavailable(KmodError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(_errno.ENOSYS, "backend", detail)
-        self.hint = "reinstall with `pip install -e .` (builds the C helper) or install pyroute2"
