@@ -192,10 +192,6 @@ class DevicePluginServer:
 
     # --- one run: serve, register, stop -------------------------------------------------
 
-    @property
-    def is_serving(self) -> bool:
-        return self._run is not None
-
     def socket_is_ours(self) -> bool:
         """False once our socket file is gone or replaced (kubelet wipes the dir on start)."""
         run = self._run
