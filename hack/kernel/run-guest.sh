@@ -11,8 +11,9 @@ vmlinux="$CACHE/$rel/vmlinux"
 [ -f "$vmlinux" ] || { echo "run-guest: $vmlinux missing; run make kernels" >&2; exit 2; }
 initrd="$CACHE/$rel/initramfs.cpio.gz"
 if [ ! -f "$initrd" ] || [ "$here/initramfs.sh" -nt "$initrd" ]; then
-  bash "$here/initramfs.sh" "$rel" "$initrd.tmp" || { echo "run-guest: initramfs build failed" >&2; exit 2; }
-  mv "$initrd.tmp" "$initrd"
+  tmp="$(mktemp "$initrd.XXXX")"  # private name: two checkouts may boot the same kernel at once
+  bash "$here/initramfs.sh" "$rel" "$tmp" || { rm -f "$tmp"; echo "run-guest: initramfs build failed" >&2; exit 2; }
+  mv "$tmp" "$initrd"
 fi
 extra=()
 if [ -n "${GS_GUEST_OUT:-}" ]; then  # a writable host folder, at /run/gs-out in the guest
