@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from deviceplugins import Device, PluginManager, Shadow  # noqa: E402
-from gpushare import keys  # noqa: E402
+from gpushare import keys, log  # noqa: E402
 from tests.integration.kubelet_peer.peer import KubeletPeer  # noqa: E402
 
 GOAL_MS = 50.0
@@ -64,7 +64,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--flips", type=int, default=200)
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--log-level", default="ERROR", help="plugins' log level (restart retries log WARNING)")
     args = parser.parse_args()
+    log.configure(args.log_level)
 
     plugin_dir = tempfile.mkdtemp(prefix="gs-bench-", dir="/tmp")
     peer = KubeletPeer(plugin_dir)
