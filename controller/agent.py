@@ -15,7 +15,6 @@ Shutdown runs in reverse; each join is bounded.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -56,7 +55,8 @@ class Agent:
         self.started_at = time.time()
         # Short watches: a stopping agent waits at most this long for its watch threads.
         self.client = KubeClient.from_kubeconfig(kubeconfig, timeout_s=10.0, watch_timeout_s=10)
-        self.store = StateStore(cfg.state_dir)
+        # Refuse an unusable state file at start (StateError names it); the loop thread reopens it.
+        StateStore(cfg.state_dir).close()
         self.plugins = PluginManager.from_config(cfg, spot_sources=spot_sources, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
         self.nri_latency = LatencyHistogram()
@@ -72,7 +72,7 @@ class Agent:
             client=self.client,
             plugins=self.plugins,
             podresources=self.podresources,
-            store=self.store,
+            state_dir=cfg.state_dir,
             elector=elector,
             spot=spot,
             period_s=period_s,
@@ -119,8 +119,6 @@ class Agent:
             self._nri_thread.join(5.0)
         self.plugins.stop()
         self.podresources.close()
-        with contextlib.suppress(Exception):
-            self.store.close()
         self.client.close()
         log.info("agent stopped")
 

@@ -238,12 +238,16 @@ def plan_waiting_events(snapshot: Snapshot, unschedulable: Mapping[str, str]) ->
 
 
 def describe_node(
-    snapshot: Snapshot, mapping: MappingCache, unschedulable: Mapping[str, str], real_resources: Iterable[str]
+    snapshot: Snapshot,
+    mapping: MappingCache,
+    unschedulable: Mapping[str, str],
+    real_resources: Iterable[str],
+    pod_resources: Iterable[PodResourcesEntry] = (),
 ) -> tuple[tuple[ShadowInfo, ...], tuple[SharerInfo, ...]]:
-    """Shadows and sharers as ``gpushare status`` shows them."""
+    """Shadows and sharers as ``gpushare status`` shows them; ``pod_resources``: this node's rows."""
     real = set(real_resources)
     gpu_of: dict[str, tuple[str, ...]] = {}
-    for e in snapshot.pod_resources:
+    for e in (*snapshot.pod_resources, *pod_resources):
         if e.resource in real and e.namespace == keys.SHADOW_NAMESPACE and e.container == keys.SHADOW_CONTAINER:
             gpu_of[e.pod_key] = tuple(sorted(e.device_ids))
     shadows = tuple(
@@ -286,7 +290,7 @@ class ReconcileLoop:
         client: KubeClient,
         plugins: DevicePlugins,
         podresources: PodResourcesLister,
-        store: StateStore | None = None,
+        state_dir: str | None = None,
         elector: LeaseElector | None = None,
         spot: SpotHooks | None = None,
         period_s: float = 2.0,
@@ -299,7 +303,9 @@ class ReconcileLoop:
         self._client = client
         self._plugins = plugins
         self._podres = podresources
-        self._store = store
+        # SQLite objects belong to the thread that opened them: the loop thread opens the store.
+        self._state_dir = state_dir
+        self._store: StateStore | None = None
         self._elector = elector
         self._spot = spot
         self.period_s = period_s
@@ -382,6 +388,16 @@ class ReconcileLoop:
             stop.wait(renew_s)
 
     def _run(self, stop: threading.Event) -> None:
+        if self._state_dir is not None:
+            self._store = StateStore(self._state_dir)
+        try:
+            self._run_passes(stop)
+        finally:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def _run_passes(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self._wake.wait(self.period_s)
             self._wake.clear()
@@ -477,7 +493,7 @@ class ReconcileLoop:
             self._apply(action, now)
 
         shadows, sharers = describe_node(
-            cluster if is_leader else snap, mapping, unschedulable, self.cfg.real_resources
+            cluster if is_leader else snap, mapping, unschedulable, self.cfg.real_resources, entries
         )
         self._passes += 1
         dp = self._safe_plugin_status()

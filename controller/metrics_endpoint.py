@@ -74,7 +74,8 @@ def _escape(value: str) -> str:
 
 def _line(name: str, labels: Mapping[str, str], value: float) -> str:
     body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return f"{name}{{{body}}} {value:g}" if body else f"{name} {value:g}"
+    number = str(int(value)) if float(value).is_integer() else repr(float(value))
+    return f"{name}{{{body}}} {number}" if body else f"{name} {number}"
 
 
 def render_metrics(report: TickReport, *, nri_connected: bool | None, nri_latency: LatencyHistogram | None) -> str:
