@@ -82,6 +82,19 @@ def test_real_kubelet_allocatable_pod_annotation_health_restart(
     cluster.wait_for("share-gpu-4 allocatable 4", lambda: allocatable(cluster, SHARE4) == 4, 30)
     mgr.set_shadow_health(f"{NS}/sh-b", True)
     cluster.wait_for("share-gpu-4 allocatable 8 again", lambda: allocatable(cluster, SHARE4) == 8, 30)
+    # The flip as kubelet itself sees it (a separate process), polled through PodResources.
+    flips: list[float] = []
+    for i in range(10):
+        healthy = i % 2 == 1
+        want = 8 if healthy else 4
+        t = time.monotonic()
+        mgr.set_shadow_health(f"{NS}/sh-b", healthy)
+        while len(kubelet_allocatable(cluster).get(SHARE4, ())) != want:
+            assert time.monotonic() - t < 5, "kubelet never saw the flip"
+        flips.append(time.monotonic() - t)
+    flips.sort()
+    print(f"real kubelet health flip -> allocatable: p50 {flips[5] * 1000:.1f} ms, max {flips[-1] * 1000:.1f} ms")
+    assert flips[5] < 0.050
 
     # 4. a kubelet restart leaves allocatable intact: kubelet's own live view (PodResources
     # GetAllocatableResources) lists all 8 slots again within a second of the new kubelet.sock.
