@@ -391,3 +391,18 @@ def test_socket_dir_missing_is_named(plugin_dir: str) -> None:
     finally:
         mgr.stop()
     shutil.rmtree(missing, ignore_errors=True)
+
+
+def test_vendor_resync_does_not_flap_spot(kubelet: KubeletPeer, managers: Factory, plugin_dir: str) -> None:
+    """The vendor stream is reopened every resync period; spot's list must not change because of it."""
+    fake = FakeGpuPlugin(FAKE, plugin_dir, os.path.join(plugin_dir, "dev"), 2)
+    managers([fake])
+    mgr = managers(share_specs=(2,), dev_share_specs=(), spot_sources={FAKE: fake.socket_path}, vendor_resync_s=0.2)
+    mgr.set_spot_health("fakegpu0", True)
+    kubelet.wait_devices(SPOT, lambda d: d == [("spot-fakegpu0", "Healthy"), ("spot-fakegpu1", "Unhealthy")])
+    before = len(kubelet.wait_list_count(SPOT, 1))
+    time.sleep(1.5)  # about seven resyncs
+    assert len(kubelet.wait_list_count(SPOT, 1)) == before
+    # ...and it still follows the vendor after all those reopenings.
+    fake.set_health("fakegpu0", False)
+    kubelet.wait_devices(SPOT, lambda d: d[0] == ("spot-fakegpu0", "Unhealthy"))
