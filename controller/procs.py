@@ -261,31 +261,28 @@ def _sigkill_all(pids: Iterable[int]) -> list[int]:
     return done
 
 
-def kill_cgroups(
+def signal_cgroups(
     cgroups: Sequence[ContainerCgroup],
     *,
-    timeout_s: float = DEFAULT_KILL_TIMEOUT_S,
     freeze_timeout_s: float = DEFAULT_FREEZE_TIMEOUT_S,
     use_freezer: bool = True,
-) -> KillReport:
-    """SIGKILL every task of every cgroup and return once all of them list no task.
+) -> tuple[set[int], bool]:
+    """Freeze all cgroups together, SIGKILL every task they list, thaw; do not wait for the deaths.
 
-    All cgroups are frozen first, together, so no task forks or migrates between our read
-    and our signal; then every task gets SIGKILL, the cgroups thaw and the dying tasks run
-    their exit. A cgroup that stays FREEZING past ``freeze_timeout_s`` (a task in D state)
-    is killed unfrozen, round after round. Raises ``KillTimeout`` naming what survived.
+    Freezing first means no task forks or migrates between our read and our signal, so one
+    round reaches every task. A cgroup that stays FREEZING past ``freeze_timeout_s`` (a task
+    in D state) is signalled unfrozen; ``wait_cgroups_empty`` signals its survivors again.
+    Returns the pids signalled and whether the freezer was used.
     """
     start = time.monotonic()
-    deadline = start + timeout_s
     frozen: list[Path] = []
     if use_freezer:
         for cg in cgroups:
             d = cg.freezer_dir
             if d is not None and _write(d / "freezer.state", "FROZEN"):
                 frozen.append(d)
-        freeze_deadline = min(deadline, start + freeze_timeout_s)
         pending = list(frozen)
-        while pending and time.monotonic() < freeze_deadline:
+        while pending and time.monotonic() < start + freeze_timeout_s:
             pending = [d for d in pending if _freezer_state(d) == "FREEZING"]
             if pending:
                 time.sleep(_POLL_S)
@@ -295,37 +292,63 @@ def kill_cgroups(
                 freeze_timeout_s * 1000,
                 extra={"cgroups": [str(d) for d in pending]},
             )
-    used_freezer = bool(frozen)
     signalled: set[int] = set()
-    rounds = 0
     try:
-        live = list(cgroups)
-        while True:
-            rounds += 1
-            batch = [(cg, cg.pids()) for cg in live]
-            live = [cg for cg, pids in batch if pids]
-            if not live:
-                break
+        for cg in cgroups:
+            signalled.update(_sigkill_all(cg.pids()))
+    finally:
+        for d in frozen:  # frozen tasks die only once thawed; a failure must not leave them frozen
+            _write(d / "freezer.state", "THAWED")
+    return signalled, bool(frozen)
+
+
+def wait_cgroups_empty(
+    cgroups: Sequence[ContainerCgroup], *, timeout_s: float = DEFAULT_KILL_TIMEOUT_S, resignal: bool = True
+) -> tuple[int, set[int]]:
+    """Poll until every cgroup lists no task, SIGKILLing what is still listed each round.
+
+    Re-signalling catches a child forked after an unfrozen read. Returns (rounds, pids signalled);
+    raises ``KillTimeout`` naming the survivors after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    live = list(cgroups)
+    rounds = 0
+    signalled: set[int] = set()
+    while True:
+        rounds += 1
+        batch = [(cg, cg.pids()) for cg in live]
+        live = [cg for cg, pids in batch if pids]
+        if not live:
+            return rounds, signalled
+        if time.monotonic() >= deadline:
+            left = {cg.container_id or cg.rel_path: pids for cg, pids in batch if pids}
+            raise KillTimeout(
+                f"gpushare: tasks survived SIGKILL for {timeout_s:g}s: {left}; "
+                "a task stuck in the kernel (D state) ends only when its I/O does"
+            )
+        if resignal:
             for _, pids in batch:
                 signalled.update(_sigkill_all(pids))
-            if frozen:
-                for d in frozen:
-                    _write(d / "freezer.state", "THAWED")
-                frozen = []
-            if time.monotonic() >= deadline:
-                left = {cg.container_id or cg.rel_path: cg.pids() for cg in live}
-                left = {k: v for k, v in left.items() if v}
-                if left:
-                    raise KillTimeout(
-                        f"gpushare: tasks survived SIGKILL for {timeout_s:g}s: {left}; "
-                        "a task stuck in the kernel (D state) ends only when its I/O does"
-                    )
-                break
-            time.sleep(_POLL_S)
-    finally:
-        for d in frozen:  # a failure before the thaw must not leave a cgroup frozen
-            _write(d / "freezer.state", "THAWED")
-    return KillReport(len(signalled), rounds, used_freezer, time.monotonic() - start)
+        time.sleep(_POLL_S)
+
+
+def kill_cgroups(
+    cgroups: Sequence[ContainerCgroup],
+    *,
+    timeout_s: float = DEFAULT_KILL_TIMEOUT_S,
+    freeze_timeout_s: float = DEFAULT_FREEZE_TIMEOUT_S,
+    use_freezer: bool = True,
+) -> KillReport:
+    """SIGKILL every task of every cgroup and return once all of them list no task.
+
+    ``signal_cgroups`` then ``wait_cgroups_empty``. Without the freezer the kill is repeated
+    until the cgroup is empty. Raises ``KillTimeout`` naming what survived.
+    """
+    start = time.monotonic()
+    signalled, frozen = signal_cgroups(cgroups, freeze_timeout_s=freeze_timeout_s, use_freezer=use_freezer)
+    left_s = max(0.0, timeout_s - (time.monotonic() - start))
+    rounds, again = wait_cgroups_empty(cgroups, timeout_s=left_s)
+    return KillReport(len(signalled | again), rounds, frozen, time.monotonic() - start)
 
 
 __all__ = [
@@ -337,4 +360,6 @@ __all__ = [
     "kill_cgroups",
     "parse_proc_cgroup",
     "pidns_inode",
+    "signal_cgroups",
+    "wait_cgroups_empty",
 ]

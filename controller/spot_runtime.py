@@ -4,7 +4,8 @@
     ├── UtilizationWatcher      thread gpushare-spot-scrape: Scraper -> IdleDetector every scrapeInterval
     ├── KmodBridge              gpukmod: register, add/delete/detect/undetect/release, notices
     │                           (thread gpushare-spot-kmod-notices); absent module = utilization only
-    └── CgroupKiller            KillContainers -> freeze, SIGKILL, thaw every borrower cgroup (procs.py)
+    └── CgroupKiller            KillContainers -> SIGKILL every borrower cgroup now; a reaper thread confirms
+                                the deaths (re-kill, then freeze-kill-thaw a cgroup that does not empty)
 
 Threads only move data: a notice or a changed idle state is queued as plain values and the
 loop is woken (``wake``); every decision stays in ``plan_spot``. The return-to-dead latency
@@ -19,15 +20,23 @@ import errno
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.actions import REASON_OWNER_BACK, KillContainers, KmodCommand
 from controller.detectors import IdleDetector, IdleState, IdleStatus
-from controller.errors import MetricsError, ProcessError
-from controller.procs import CgroupIndex, KillReport, kill_cgroups, pidns_inode
+from controller.errors import KillTimeout, MetricsError, ProcessError
+from controller.procs import (
+    CgroupIndex,
+    ContainerCgroup,
+    KillReport,
+    kill_cgroups,
+    pidns_inode,
+    signal_cgroups,
+    wait_cgroups_empty,
+)
 from controller.scrape import Scraper
 from controller.spot_solver import IdleVerdict, KmodView, verdict_from_status
 from gpukmod import KmodClient, KmodError
@@ -37,6 +46,10 @@ from gpushare.log import kv
 log = logging.getLogger(__name__)
 
 RETURN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 3.0)
+# The first SIGKILL goes without freezing (freezing waits for every task to be scheduled:
+# 16 borrowers took 68 ms p50 frozen vs 29 ms not, on 2 loaded cores); a cgroup still not
+# empty after this long is frozen before the next round.
+FREEZE_AFTER_S = 0.02
 KMOD_RETRY_S = 30.0  # how often an absent module is looked for again (it may be loaded later)
 # Commands whose ENOENT means "already done": the id left the table (module reloaded, or it
 # was deleted by a timed-out hold's owner going away).
@@ -304,15 +317,39 @@ class CgroupKiller:
         *,
         index: CgroupIndex | None = None,
         timeout_s: float = 2.0,
+        use_freezer: bool = False,
         kill: Callable[..., KillReport] = kill_cgroups,
     ) -> None:
         self.index = index or CgroupIndex()
+        self.use_freezer = use_freezer
         self._timeout_s = timeout_s
         self._kill = kill
 
     def prepare(self, container_ids: Iterable[str]) -> None:
         """Find cgroups ahead of a kill (the walk then is not on the return path)."""
         self.index.locate(container_ids)
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    def signal(self, action: KillContainers) -> list[ContainerCgroup]:
+        """Freeze, SIGKILL and thaw the containers' cgroups without waiting; the cgroups to watch."""
+        found = self.index.locate(action.container_ids)
+        cgroups = list(found.values())
+        signalled, _ = signal_cgroups(cgroups, use_freezer=self.use_freezer)
+        self.index.forget(action.container_ids)
+        log.info(
+            "spot kill",
+            extra=kv(
+                pod=action.ref.key,
+                reason=action.reason,
+                containers=len(found),
+                not_found=len(set(action.container_ids) - set(found)),
+                signalled=len(signalled),
+            ),
+        )
+        return cgroups
 
     def __call__(self, action: KillContainers) -> KillReport:
         found = self.index.locate(action.container_ids)
@@ -392,6 +429,11 @@ class SpotRuntime:
         self._lock = threading.Lock()
         self._pass_signals: list[float] = []
         self._pidns: dict[str, int] = {}
+        self._reaping: list[tuple[KillContainers, list[ContainerCgroup], float | None, float]] = []
+        self._reaper: threading.Thread | None = None
+        self._reaped = threading.Event()
+        # (pod, monotonic time its cgroups were seen empty), newest last: for benchmarks and tests.
+        self.dead: deque[tuple[str, float]] = deque(maxlen=256)
         self.counters = SpotCounters()
         self.last_return: dict[str, Any] = {}
 
@@ -418,6 +460,7 @@ class SpotRuntime:
 
     def close(self) -> None:
         """Stop the notice thread; the scrape thread ends with the ``stop`` event given to ``start``."""
+        self.wait_dead()
         self.bridge.close()
         if self.watcher is not None:
             self.watcher.join(5.0)
@@ -439,22 +482,80 @@ class SpotRuntime:
         return self.bridge.view()
 
     def kmod(self, cmd: KmodCommand) -> None:
+        if cmd.op == "release":
+            self.wait_dead()  # the owner's held ioctl runs only once every borrower is dead (design §6)
         self.bridge.apply(cmd)
 
     def killer(self, action: KillContainers) -> None:
-        report = self.kill_runner(action)
-        dead_at = self._monotonic()
+        """SIGKILL the containers now and return; the reaper thread confirms the deaths.
+
+        Signalling every borrower of a return first and waiting once lets their exits run in
+        parallel (16 borrowers die in about the time of one). ``kmod("release")`` waits for
+        the reaper, so the owner's ioctl still runs only after every borrower is dead.
+        """
+        cgroups = self.kill_runner.signal(action)
         with self._lock:
             self.counters.kills[action.reason] += 1
-            if action.reason == REASON_OWNER_BACK and self._pass_signals:
-                took_s = dead_at - min(self._pass_signals)
+            signal_at = min(self._pass_signals) if action.reason == REASON_OWNER_BACK and self._pass_signals else None
+            self._reaping.append((action, cgroups, signal_at, self._monotonic()))
+            if self._reaper is None:
+                self._reaped.clear()
+                self._reaper = threading.Thread(target=self._reap, name="gpushare-spot-reaper", daemon=True)
+                self._reaper.start()
+
+    def _reap(self) -> None:
+        while True:
+            with self._lock:
+                batch = list(self._reaping)
+                if not batch:
+                    self._reaper = None
+                    self._reaped.set()
+                    return
+            done: list[Any] = []
+            for entry in batch:
+                action, cgroups, signal_at, signalled_at = entry
+                left = [cg for cg in cgroups if cg.pids()]
+                now = self._monotonic()
+                if not left:
+                    done.append(entry)
+                    self._observe_dead(action, signal_at, signalled_at, now)
+                elif now - signalled_at > self.kill_runner.timeout_s:
+                    done.append(entry)
+                    try:
+                        wait_cgroups_empty(left, timeout_s=0.0)
+                    except KillTimeout as exc:
+                        log.error("spot: %s", exc, extra=kv(pod=action.ref.key, reason=action.reason))
+                else:
+                    # Survivors: children forked between our read and our signal. Kill them again;
+                    # if that has not emptied the cgroup within FREEZE_AFTER_S, freeze it first so
+                    # a fork loop cannot stay ahead of us.
+                    signal_cgroups(left, use_freezer=now - signalled_at > FREEZE_AFTER_S)
+            with self._lock:
+                self._reaping = [e for e in self._reaping if e not in done]
+            if len(done) < len(batch):
+                time.sleep(0.0005)
+
+    def _observe_dead(
+        self, action: KillContainers, signal_at: float | None, signalled_at: float, dead_at: float
+    ) -> None:
+        with self._lock:
+            self.dead.append((action.ref.key, dead_at))
+            if signal_at is not None:
+                took_s = dead_at - signal_at
                 self.counters.observe_return(took_s)
                 self.last_return = {
                     "pod": action.ref.key,
                     "return_to_dead_ms": round(took_s * 1000, 2),
-                    "kill_ms": round(report.took_s * 1000, 2),
+                    "kill_ms": round((dead_at - signalled_at) * 1000, 2),
                     "at": time.time(),
                 }
+
+    def wait_dead(self, timeout_s: float | None = None) -> bool:
+        """Block until every killed borrower is confirmed dead (or given up on); False on timeout."""
+        with self._lock:
+            if self._reaper is None:
+                return True
+        return self._reaped.wait(self.kill_runner.timeout_s + 1.0 if timeout_s is None else timeout_s)
 
     def pidns_of(self, container_id: str) -> int | None:
         """The pid-namespace inode of a container's first process (cached: it never changes)."""

@@ -51,10 +51,11 @@ class CgroupTrees:
             Path(CGROUP_ROOT, h, self.base.lstrip("/")).mkdir()
         try:
             for i in range(count):
-                rel = f"{self.base}/c{i}"
+                # Leaf names are unique on the host, like container IDs, so an index walk finds them.
+                rel = f"{self.base}/{self.base.lstrip('/')}-c{i}"
                 for h in HIERARCHIES:
                     Path(CGROUP_ROOT, h, rel.lstrip("/")).mkdir()
-                cg = ContainerCgroup(f"c{i}", rel)
+                cg = ContainerCgroup(rel.rsplit("/", 1)[1], rel)
                 self.cgroups.append(cg)
                 files = [str(Path(cg.dir(h), "cgroup.procs")) for h in HIERARCHIES]
                 self.procs.append(

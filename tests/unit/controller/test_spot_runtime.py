@@ -223,7 +223,11 @@ def test_runtime_killer_kills_real_trees_and_observes_return_to_dead(tmp_path: P
         assert rt.notices() == [4242]
         assert rt.pidns_of(ids[0]) is not None
         rt.killer(KillContainers(PodRef("spot", "job", "u1"), tuple(ids), REASON_OWNER_BACK))
+        # The killer only signals; release waits for the reaper to see every cgroup empty.
+        rt.kmod(KmodCommand("release", 4242))
         assert trees.all_pids() == []
+        assert client.calls == [("release", 4242)]
+        assert [pod for pod, _ in rt.dead] == ["spot/job"]
         assert rt.counters.kills == {REASON_OWNER_BACK: 1}
         assert rt.counters.total == 1 and rt.last_return["return_to_dead_ms"] == pytest.approx(50.0)
         assert 'gpushare_spot_kills_total{reason="OwnerBack"} 1' in rt.metrics_lines()
