@@ -26,6 +26,7 @@ from controller.kube import KubeClient, LeaseElector
 from controller.loop import ReconcileLoop, SpotHooks
 from controller.metrics_endpoint import Endpoint, LatencyHistogram
 from controller.podresources import PodResourcesClient
+from controller.spot_runtime import SpotRuntime
 from controller.state import StateStore
 from deviceplugins import PluginManager
 from gpushare.config import Config
@@ -45,6 +46,7 @@ class Agent:
         kubeconfig: str | None = None,
         spot_sources: Mapping[str, str] | None = None,
         spot: SpotHooks | None = None,
+        spot_runtime: SpotRuntime | None = None,
         listen: str | None = None,
         period_s: float = 2.0,
         use_lease: bool = True,
@@ -67,6 +69,10 @@ class Agent:
             self.injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index
         )
         elector = LeaseElector(self.client, holder=cfg.node_name) if use_lease else None
+        # Spot (issue 8): the runtime's threads wake the loop on a kernel notice or an idle-state change.
+        self.spot_runtime = spot_runtime
+        if spot_runtime is not None and spot is None:
+            spot = spot_runtime.hooks()
         self.loop = ReconcileLoop(
             cfg,
             client=self.client,
@@ -84,7 +90,10 @@ class Agent:
             nri_connected=self.nri_connected,
             nri_latency=self.nri_latency,
             max_age_s=max(30.0, 10 * period_s),
+            extra_metrics=spot_runtime.metrics_lines if spot_runtime is not None else list,
         )
+        if spot_runtime is not None:
+            spot_runtime.wake_target = self.loop.wake
         self._nri_thread = threading.Thread(target=self.stub.run, args=(self.stop,), name="gpushare-nri-run")
 
     def _on_nri_decision(self, kind: str, took_ms: Any) -> None:
@@ -96,6 +105,8 @@ class Agent:
     def start(self) -> None:
         self.plugins.start()
         self._nri_thread.start()
+        if self.spot_runtime is not None:
+            self.spot_runtime.start(self.stop)  # gpukmod Register before the first pass plans a watch
         self.loop.start(self.stop)
         self.endpoint.start()
         log.info(
@@ -114,6 +125,8 @@ class Agent:
         self.stop.set()
         self.endpoint.close()
         self.loop.join()
+        if self.spot_runtime is not None:
+            self.spot_runtime.close()
         self.stub.close()
         if self._nri_thread.ident is not None:  # started
             self._nri_thread.join(5.0)
@@ -144,6 +157,7 @@ class Agent:
                 "socket": self.cfg.nri.socket,
             },
             **report.to_json(),
+            **({"spot_runtime": self.spot_runtime.status()} if self.spot_runtime is not None else {}),
         }
 
 

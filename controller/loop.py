@@ -154,7 +154,13 @@ class TickReport:
             for d in self.demand
         ]
         out["spot"] = [
-            {"real_id": g.real_id, "state": str(g.state), "owner": g.owner, "borrowers": list(g.borrowers)}
+            {
+                "real_id": g.real_id,
+                "state": str(g.state),
+                "owner": g.owner,
+                "borrowers": list(g.borrowers),
+                "reason": g.reason,
+            }
             for g in self.spot
         ]
         return out

@@ -191,6 +191,7 @@ class Endpoint:
         nri_latency: LatencyHistogram | None = None,
         max_age_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        extra_metrics: Callable[[], list[str]] = list,  # more exposition lines (spot's, controller/spot_runtime.py)
     ) -> None:
         host, _, port = listen.rpartition(":")
 
@@ -200,7 +201,8 @@ class Endpoint:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    body = render_metrics(report(), nri_connected=nri_connected(), nri_latency=nri_latency).encode()
+                    text = render_metrics(report(), nri_connected=nri_connected(), nri_latency=nri_latency)
+                    body = (text + "".join(line + "\n" for line in extra_metrics())).encode()
                     self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
                 elif path == "/healthz":
                     ok, why = is_healthy(report(), clock(), max_age_s)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from controller.actions import REASON_OWNER_BACK, KillContainers, KmodCommand
 from controller.detectors import IdleDetector, IdleState, IdleStatus
 from controller.errors import KillTimeout, MetricsError, ProcessError
+from controller.loop import SpotHooks
 from controller.procs import (
     CgroupIndex,
     ContainerCgroup,
@@ -435,10 +436,17 @@ class SpotRuntime:
         # (pod, monotonic time its cgroups were seen empty), newest last: for benchmarks and tests.
         self.dead: deque[tuple[str, float]] = deque(maxlen=256)
         self.counters = SpotCounters()
+        self.wake_target: Callable[[], None] = lambda: None  # the loop's wake(), set by the agent
         self.last_return: dict[str, Any] = {}
 
     @classmethod
-    def from_config(cls, cfg: Config, *, wake: Callable[[], None] = lambda: None, use_kmod: bool = True) -> SpotRuntime:
+    def from_config(cls, cfg: Config, *, use_kmod: bool = True) -> SpotRuntime:
+        """Build from the config; the threads wake ``self.wake_target`` (set it to the loop's ``wake``)."""
+        holder: list[SpotRuntime] = []
+
+        def wake() -> None:
+            holder[0].wake_target()
+
         watcher = None
         if cfg.metrics.source:
             watcher = UtilizationWatcher(
@@ -448,10 +456,21 @@ class SpotRuntime:
                 is_process_level=cfg.metrics.process_level,
                 wake=wake,
             )
-        bridge = KmodBridge(unit=cfg.netlink_protocol, wake=wake)
-        if not use_kmod:
-            bridge = KmodBridge(unit=cfg.netlink_protocol, wake=wake, client_factory=_refuse_kmod)
-        return cls(watcher, bridge, CgroupKiller())
+        factory = _default_client if use_kmod else _refuse_kmod
+        rt = cls(watcher, KmodBridge(unit=cfg.netlink_protocol, wake=wake, client_factory=factory), CgroupKiller())
+        holder.append(rt)
+        return rt
+
+    def hooks(self) -> SpotHooks:
+        """The loop's hook points, bound to this runtime."""
+        return SpotHooks(
+            verdicts=self.verdicts,
+            notices=self.notices,
+            kmod_view=self.kmod_view,
+            kmod=self.kmod,
+            killer=self.killer,
+            pidns_of=self.pidns_of,
+        )
 
     def start(self, stop: threading.Event) -> None:
         self.bridge.start()
@@ -612,7 +631,7 @@ class SpotRuntime:
 
 
 def _refuse_kmod(unit: int) -> KmodLike:
-    raise KmodError(errno.EPROTONOSUPPORT, "open", "spot kernel module disabled by the agent's flags")
+    raise KmodError(errno.EPROTONOSUPPORT, "open", "the kernel module is disabled (gpushare agent --no-kmod)")
 
 
 __all__ = [

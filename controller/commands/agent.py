@@ -15,6 +15,7 @@ import typer
 
 from controller.agent import Agent
 from controller.commands.deviceplugins import _parse_spot_from
+from controller.spot_runtime import SpotRuntime
 from gpushare.config import effective_config, load_config, with_overrides
 from gpushare.errors import ConfigError, GpushareError
 from gpushare.log import kv
@@ -40,6 +41,12 @@ def agent(
     lease: Annotated[
         bool, typer.Option("--lease/--no-lease", help="hold the gpushare-controller Lease for cluster-wide work")
     ] = True,
+    spot: Annotated[
+        bool, typer.Option("--spot/--no-spot", help="lend idle lendable owners' GPUs (docs/spot.md)")
+    ] = True,
+    kmod: Annotated[
+        bool, typer.Option("--kmod/--no-kmod", help="use gpukmod for owner returns when it is loaded")
+    ] = True,
 ) -> None:
     """Run the node agent until SIGTERM/SIGINT; one log line per decision."""
     try:
@@ -55,7 +62,16 @@ def agent(
         sources = _parse_spot_from(spot_from or [], cfg.real_resources[0])
         if listen is not None:
             cfg = with_overrides(cfg, metrics=dataclasses.replace(cfg.metrics, listen=listen))
-        runner = Agent(cfg, kubeconfig=kubeconfig, spot_sources=sources, period_s=period, use_lease=lease, stop=stop)
+        spot_runtime = SpotRuntime.from_config(cfg, use_kmod=kmod) if spot else None
+        runner = Agent(
+            cfg,
+            kubeconfig=kubeconfig,
+            spot_sources=sources,
+            spot_runtime=spot_runtime,
+            period_s=period,
+            use_lease=lease,
+            stop=stop,
+        )
     except (GpushareError, OSError) as exc:
         typer.echo(f"gpushare: agent cannot start: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -115,6 +115,7 @@ def render_text(doc: dict[str, Any]) -> str:
     for p in doc.get("sharers") or []:
         shadows = ",".join(p.get("shadows") or []) or "-"
         lines.append(f"  {p['pod']}  {p['phase']}  {p['resource']} x{p.get('quantity', 1)}  shadow={shadows}")
+    _render_spot(doc, lines)
     lines.append("RECENT EVICTIONS")
     for e in doc.get("evictions") or []:
         when = time.strftime("%H:%M:%S", time.gmtime(float(e.get("at") or 0)))
@@ -122,6 +123,22 @@ def render_text(doc: dict[str, Any]) -> str:
     if not doc.get("evictions"):
         lines.append("  (none)" if doc.get("source") == "agent" else "  (unknown without the agent)")
     return "\n".join(lines)
+
+
+def _render_spot(doc: dict[str, Any], lines: list[str]) -> None:
+    """Spot (issue 8): how returns are seen, each GPU's state and why, the last return's latency."""
+    rt = doc.get("spot_runtime") or {}
+    if not rt and not doc.get("spot"):
+        return
+    lines.append("SPOT" + (f"  (returns seen by: {rt['mode']})" if rt.get("mode") else ""))
+    for g in doc.get("spot") or []:
+        borrowers = ",".join(g.get("borrowers") or []) or "-"
+        lines.append(f"  {g['real_id']}  {g['state']}  owner={g.get('owner') or '-'}  borrowers={borrowers}")
+        if g.get("reason"):
+            lines.append(f"      {g['reason']}")
+    last = rt.get("last_return") or {}
+    if last:
+        lines.append(f"  last return: {last['pod']} dead {last['return_to_dead_ms']} ms after the owner's signal")
 
 
 def status(
