@@ -33,3 +33,7 @@ def _root(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()
