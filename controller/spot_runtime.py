@@ -20,7 +20,7 @@ import errno
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ from controller.actions import REASON_OWNER_BACK, KillContainers, KmodCommand
 from controller.detectors import IdleDetector, IdleState, IdleStatus
 from controller.errors import KillTimeout, MetricsError, ProcessError
 from controller.loop import SpotHooks
+from controller.model import PodRef
 from controller.procs import (
     CgroupIndex,
     ContainerCgroup,
@@ -433,6 +434,7 @@ class SpotRuntime:
         self._reaping: list[tuple[KillContainers, list[ContainerCgroup], float | None, float]] = []
         self._reaper: threading.Thread | None = None
         self._reaped = threading.Event()
+        self._killed: OrderedDict[PodRef, None] = OrderedDict()
         # (pod, monotonic time its cgroups were seen empty), newest last: for benchmarks and tests.
         self.dead: deque[tuple[str, float]] = deque(maxlen=256)
         self.counters = SpotCounters()
@@ -514,8 +516,15 @@ class SpotRuntime:
         """
         cgroups = self.kill_runner.signal(action)
         with self._lock:
-            self.counters.kills[action.reason] += 1
-            signal_at = min(self._pass_signals) if action.reason == REASON_OWNER_BACK and self._pass_signals else None
+            # The plan kills a still-terminating pod again on every pass; count each pod once.
+            is_first = action.ref not in self._killed
+            if is_first:
+                self._killed[action.ref] = None
+                while len(self._killed) > 1024:
+                    self._killed.popitem(last=False)
+                self.counters.kills[action.reason] += 1
+            is_return = is_first and action.reason == REASON_OWNER_BACK and bool(self._pass_signals)
+            signal_at = min(self._pass_signals) if is_return else None
             self._reaping.append((action, cgroups, signal_at, self._monotonic()))
             if self._reaper is None:
                 self._reaped.clear()

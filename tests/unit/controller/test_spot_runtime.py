@@ -228,6 +228,9 @@ def test_runtime_killer_kills_real_trees_and_observes_return_to_dead(tmp_path: P
         assert trees.all_pids() == []
         assert client.calls == [("release", 4242)]
         assert [pod for pod, _ in rt.dead] == ["spot/job"]
+        # The plan kills a terminating pod again each pass: counted once.
+        rt.killer(KillContainers(PodRef("spot", "job", "u1"), tuple(ids), REASON_OWNER_BACK))
+        assert rt.wait_dead(5)
         assert rt.counters.kills == {REASON_OWNER_BACK: 1}
         assert rt.counters.total == 1 and rt.last_return["return_to_dead_ms"] == pytest.approx(50.0)
         assert 'gpushare_spot_kills_total{reason="OwnerBack"} 1' in rt.metrics_lines()

@@ -1,0 +1,175 @@
+"""Spot on the one-node cluster (issue 8): lend an idle owner's GPU, take it back on the owner's return.
+
+The owner's "return" uses the utilization path (no gpukmod on this host): the test rewrites the
+fake dcgm file so the owner's pod shows up using its GPU. Tests run in order and share the agent.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.procs import CgroupIndex
+from gpushare import keys
+from tests.integration.e2e.agent_process import FAKE_RESOURCE, pod_manifest
+from tests.integration.spot.conftest import GPUS, IDLE_WINDOW_S, SpotEnv
+
+SPOT = keys.RESOURCE_SPOT_GPU
+
+
+def owner_manifest() -> dict[str, Any]:
+    m = pod_manifest("owner", namespace="team", resources={FAKE_RESOURCE: "1"}, labels={keys.LABEL_LENDABLE: "true"})
+    return m
+
+
+def spot_manifest(name: str) -> dict[str, Any]:
+    m = pod_manifest(name, namespace="spot", resources={SPOT: "1"})
+    # A process tree, so "every process dead" means more than PID 1.
+    m["spec"]["containers"][0]["command"] = [
+        "sh",
+        "-c",
+        "trap 'exit 0' TERM; sleep 3600 & sleep 3600 & (while :; do sleep 3600; done) & "
+        "ls /dev > /tmp/devs; env > /tmp/env; wait",
+    ]
+    return m
+
+
+def pod(env: SpotEnv, name: str, ns: str) -> dict[str, Any] | None:
+    return env.cluster.pod(name, ns)
+
+
+def owner_gpu(env: SpotEnv) -> str:
+    out = env.cluster.kubectl("exec", "-n", "team", "owner", "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").stdout
+    gpu = out.strip()
+    assert gpu in GPUS, f"owner sees {gpu!r}"
+    return gpu
+
+
+def container_pids(container_id: str) -> list[int]:
+    cg = CgroupIndex().locate([container_id]).get(container_id)
+    return cg.pids() if cg else []
+
+
+def cid_of(p: dict[str, Any]) -> str:
+    status = p["status"]["containerStatuses"][0]
+    return str(status["containerID"]).split("://", 1)[1]
+
+
+def lend(env: SpotEnv) -> str:
+    """Owner running and idle for the window -> spot-gpu allocatable 1; returns the owner's GPU."""
+    if pod(env, "owner", "team") is None:
+        env.apply(owner_manifest())
+    env.cluster.wait_pod_phase("owner", ["Running"], namespace="team", timeout_s=60)
+    gpu = owner_gpu(env)
+    env.write_metrics({g: 0.0 for g in GPUS})
+    env.wait("spot-gpu allocatable 1", lambda: env.allocatable(SPOT) == "1", 30)
+    return gpu
+
+
+def test_idle_owner_lends_and_spot_pod_sees_the_owners_device(spot_env: SpotEnv) -> None:
+    env = spot_env
+    env.apply(owner_manifest())
+    env.cluster.wait_pod_phase("owner", ["Running"], namespace="team", timeout_s=60)
+    gpu = owner_gpu(env)
+    env.write_metrics({g: 0.0 for g in GPUS})  # metrics were unknown until now: never idle
+    started = time.monotonic()
+    assert env.allocatable(SPOT) == "0"
+    env.wait("spot-gpu allocatable 1", lambda: env.allocatable(SPOT) == "1", 30)
+    assert time.monotonic() - started >= IDLE_WINDOW_S * 0.9  # not before the idle window
+    env.apply(spot_manifest("job"))
+    job = env.cluster.wait_pod_phase("job", ["Running"], namespace="spot", timeout_s=60)
+    env.wait("the job's tree started", lambda: len(container_pids(cid_of(job))) >= 4, 20)
+    devs = env.cluster.kubectl("exec", "-n", "spot", "job", "--", "cat", "/tmp/devs").stdout.split()
+    assert gpu in devs, f"the spot container sees {devs}, not the owner's {gpu}"
+    status = env.agent.status()
+    lent = [g for g in status["spot"] if g["state"] == "stolen"]
+    assert [g["real_id"] for g in lent] == [gpu] and lent[0]["borrowers"] == ["spot/job"]
+    assert status["spot_runtime"]["mode"] == "utilization alone (gpukmod not loaded)"
+
+
+def test_owner_returns_borrower_killed_and_deleted_with_reason(spot_env: SpotEnv) -> None:
+    env = spot_env
+    gpu = lend(env)
+    if pod(env, "job", "spot") is None:
+        env.apply(spot_manifest("job"))
+    job = env.cluster.wait_pod_phase("job", ["Running"], namespace="spot", timeout_s=60)
+    pids = container_pids(cid_of(job))
+    assert len(pids) >= 4
+    owner_before = pod(env, "owner", "team")
+    assert owner_before is not None
+    # The owner returns: its own pod uses its GPU (utilization path).
+    returned = time.monotonic()
+    env.write_metrics({g: 0.0 for g in GPUS} | {gpu: 60.0}, {gpu: ("team/owner",)})
+    env.wait("every borrower process dead", lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 10)
+    dead_s = time.monotonic() - returned
+    env.wait("spot pod deleted", lambda: pod(env, "job", "spot") is None, 30)
+    env.wait("spot-gpu allocatable 0", lambda: env.allocatable(SPOT) == "0", 30)
+    reasons = [e["reason"] for e in env.events("job", "spot")]
+    assert "OwnerBack" in reasons, reasons
+    owner_after = pod(env, "owner", "team")
+    assert owner_after is not None and owner_after["metadata"]["uid"] == owner_before["metadata"]["uid"]
+    assert owner_after["status"]["phase"] == "Running"
+    assert owner_after["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert cid_of(owner_after) == cid_of(owner_before)
+    status = env.agent.status()
+    assert status["spot_runtime"]["kills"] == {"OwnerBack": 1}
+    assert any(e["reason"] == "OwnerBack" and e["pod"] == "spot/job" for e in status["evictions"])
+    _, body = env.agent.get("/metrics")
+    text = body.decode()
+    assert 'gpushare_evictions_total{reason="OwnerBack"} 1' in text
+    assert "gpushare_spot_return_seconds_count 1" in text
+    # Printed for the report: from the file rewrite (scrape every 200 ms included) to dead.
+    last = status["spot_runtime"]["last_return"]
+    print(f"owner return -> borrower dead: {dead_s * 1000:.0f} ms from the file rewrite; agent: {last}")
+
+
+def test_second_spot_pod_not_admitted_while_owner_busy(spot_env: SpotEnv) -> None:
+    env = spot_env
+    gpu = owner_gpu(env)
+    env.write_metrics({g: 0.0 for g in GPUS} | {gpu: 60.0}, {gpu: ("team/owner",)})
+    env.wait("spot-gpu allocatable 0", lambda: env.allocatable(SPOT) == "0", 30)
+    env.apply(spot_manifest("job2"))
+    time.sleep(IDLE_WINDOW_S * 2)  # longer than a window: busy never lends
+    p = pod(env, "job2", "spot")
+    assert p is not None and p["status"]["phase"] == "Pending", p and p["status"]
+    assert env.allocatable(SPOT) == "0"
+    env.cluster.kubectl("delete", "pod", "-n", "spot", "job2", "--wait=true", "--timeout=30s")
+
+
+def test_agent_restart_while_lent_keeps_lending_without_false_eviction(spot_env: SpotEnv) -> None:
+    env = spot_env
+    lend(env)
+    env.apply(spot_manifest("job3"))
+    job = env.cluster.wait_pod_phase("job3", ["Running"], namespace="spot", timeout_s=60)
+    pids = container_pids(cid_of(job))
+    mark = env.agent.mark()
+    env.agent.kill9()
+    env.agent.start()
+    env.agent.wait_healthy()
+    # Several windows and many passes after the restart: still lent, nobody evicted.
+    time.sleep(IDLE_WINDOW_S * 3)
+    after = pod(env, "job3", "spot")
+    assert after is not None and after["metadata"]["uid"] == job["metadata"]["uid"]
+    assert after["status"]["phase"] == "Running" and after["metadata"].get("deletionTimestamp") is None
+    assert all(Path(f"/proc/{p}").exists() for p in pids)
+    log_after = env.agent.log_text()[mark:]
+    assert "decision=evict" not in log_after and "decision=kill" not in log_after, log_after[-3000:]
+    env.wait("spot-gpu allocatable 1 again", lambda: env.allocatable(SPOT) == "1", 30)
+    lent = [g for g in env.agent.status()["spot"] if g["state"] == "stolen"]
+    assert [g["borrowers"] for g in lent] == [["spot/job3"]]
+    env.cluster.kubectl("delete", "pod", "-n", "spot", "job3", "--wait=true", "--timeout=30s")
+
+
+def test_gpushare_status_says_why(spot_env: SpotEnv) -> None:
+    env = spot_env
+    res = subprocess.run(
+        [env.agent.argv[0], "status", "--config", str(env.agent.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert "SPOT  (returns seen by: utilization alone (gpukmod not loaded))" in res.stdout, res.stdout
+    assert "OwnerBack" in res.stdout, res.stdout
