@@ -31,6 +31,12 @@ def cli(action: str, root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO, check=False)
 
 
+def pinned_netns() -> set[int]:
+    """Inodes of the network namespaces pinned under /run/netns (containerd's, everyone's)."""
+    netns = Path("/run/netns")
+    return {p.stat().st_ino for p in netns.iterdir()} if netns.is_dir() else set()
+
+
 def require_cluster_installs() -> Path:
     """kubectl's path; skips (naming the build command) when the cluster cannot run here."""
     try:
@@ -51,28 +57,33 @@ def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
         assert up.returncode == 0, up.stderr
         started = time.monotonic() - t0
         assert f"export KUBECONFIG={root / 'kubeconfig'}" in up.stdout.splitlines()
-        # A running pod gives the teardown real work: a shim, a token tmpfs, pod cgroups.
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "busy"},
-            "spec": {
-                "hostNetwork": True,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", "sleep 3600"],
-                    }
-                ],
-            },
-        }
+        # Running pods give the teardown real work: shims, a token tmpfs, pod cgroups, and (the
+        # pod without hostNetwork) a network namespace containerd pins under /run/netns.
         k = [str(kubectl), f"--kubeconfig={root / 'kubeconfig'}"]
-        subprocess.run([*k, "apply", "-f", "-"], input=json.dumps(pod), check=True, capture_output=True, text=True)
-        subprocess.run(
-            [*k, "wait", "--for=condition=Ready", "pod/busy", "--timeout=60s"], check=True, capture_output=True
-        )
+        for name, host_network in (("busy", True), ("netns", False)):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "hostNetwork": host_network,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": BUSYBOX_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", "readlink /proc/self/ns/net; sleep 3600"],
+                        }
+                    ],
+                },
+            }
+            subprocess.run([*k, "apply", "-f", "-"], input=json.dumps(pod), check=True, capture_output=True, text=True)
+        for name in ("busy", "netns"):
+            wait = [*k, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=60s"]
+            subprocess.run(wait, check=True, capture_output=True)
+        logs = subprocess.run([*k, "logs", "netns"], check=True, capture_output=True, text=True).stdout
+        pod_netns = int(logs.strip().removeprefix("net:[").removesuffix("]"))
+        assert pod_netns in pinned_netns(), "containerd pinned no network namespace for the pod"
         before = leftovers(root)
         # The check below must be able to fail: it sees every kind of thing while the cluster runs.
         for kind in ("process", "mount", "cgroup"):
@@ -81,6 +92,7 @@ def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
         down = cli("down", root)
     assert down.returncode == 0, down.stderr
     assert leftovers(root) == []
+    assert pod_netns not in pinned_netns()
     assert not root.exists()
     assert read_sysctls() == sysctls, "kubelet's sysctl changes were not put back"
     print(f"cluster up (CLI, cached binaries) in {started:.1f} s")
