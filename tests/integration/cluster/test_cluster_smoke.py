@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -271,3 +272,16 @@ def test_a_host_device_plugin_registers_through_the_private_dir(cluster: Cluster
         plugin.terminate()
         plugin.wait(timeout=10)
         cluster.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
+
+
+def test_every_port_of_the_cluster_is_on_loopback(cluster: Cluster) -> None:
+    ss = subprocess.run(["ss", "-H", "-ltunp"], capture_output=True, text=True, check=True).stdout
+    ours = {pid: name for name, pid in cluster.pids.items()}
+    listeners = []
+    for line in ss.splitlines():
+        fields = line.split()
+        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        for pid in pids & ours.keys():
+            listeners.append((ours[pid], fields[4]))
+    assert {name for name, _ in listeners} >= {"etcd", "kube-apiserver", "kubelet"}, listeners
+    assert all(local.startswith("127.0.0.1:") for _, local in listeners), listeners
