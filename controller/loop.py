@@ -48,7 +48,7 @@ from controller.actions import (
 from controller.kube import CacheView, KubeClient, LeaseElector, PodCache
 from controller.mapping import MappingCache
 from controller.model import PodRef, PodResourcesEntry, ShareKey, Snapshot, build_snapshot
-from controller.share_solver import KeyDemand, plan_node_shares, plan_shadows
+from controller.share_solver import KeyDemand, ShadowPlan, plan_node_shares, plan_shadows
 from controller.spot_solver import GpuSpot, IdleVerdict, KmodView, plan_spot
 from controller.state import TIMER_SHADOW_EMPTY, TIMER_SPOT_BACK, StateStore
 from deviceplugins import Device
@@ -489,7 +489,10 @@ class ReconcileLoop:
                     if (m := unschedulable_message(p))
                 }
                 cluster = build_snapshot(raw, self.cfg)
-                plan = plan_shadows(cluster, self.cfg, now, self._load(TIMER_SHADOW_EMPTY))
+                timers = self._load(TIMER_SHADOW_EMPTY)
+                plan = plan_shadows(cluster, self.cfg, now, timers)
+                if any(isinstance(a, DeleteShadow) for a in plan.actions):
+                    plan = self._confirm_deletions(plan, cluster, raw, now, timers)
                 actions += plan.actions
                 actions += plan_waiting_events(cluster, unschedulable)
                 demand = plan.demand
@@ -528,6 +531,46 @@ class ReconcileLoop:
             problems=snap.problems,
         )
         return self._report
+
+    def _confirm_deletions(
+        self,
+        plan: ShadowPlan,
+        cluster: Snapshot,
+        cached: list[Mapping[str, Any]],
+        now: float,
+        timers: Mapping[str, float],
+    ) -> ShadowPlan:
+        """Plan again from fresh LISTs before deleting a shadow; keep only deletions both plans agree on.
+
+        The caches lag differently: a sharer that was just bound leaves the pending watch before
+        it shows up in any node's, and until the node agent records it on the shadow the leader
+        cannot see it at all. In that window an in-use shadow looks idle. Deletions are rare (one
+        per idle timeout), so the price of three targeted LISTs is small; a pod still in a stale
+        cache only makes the answer more conservative.
+        """
+        deleting = {a.ref for a in plan.actions if isinstance(a, DeleteShadow)}
+        nodes = sorted({s.node_name for s in cluster.shadows if s.ref in deleting and s.node_name})
+        try:
+            fresh: list[list[dict[str, Any]]] = [
+                self._client.list_pods(field_selector="spec.nodeName=,status.phase=Pending")[0],
+                self._client.list_pods(
+                    namespace=keys.SHADOW_NAMESPACE, label_selector=f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
+                )[0],
+            ]
+            fresh += [self._client.list_pods(field_selector=f"spec.nodeName={n}")[0] for n in nodes]
+        except GpushareError as exc:
+            log.warning("cannot confirm idle shadows; not deleting this pass", extra=kv(reason=str(exc)))
+            return dataclasses.replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, DeleteShadow)))
+        again = plan_shadows(build_snapshot(merge_pods(cached, *fresh), self.cfg), self.cfg, now, timers)
+        confirmed = {a for a in again.actions if isinstance(a, DeleteShadow)}
+        for a in plan.actions:
+            if isinstance(a, DeleteShadow) and a not in confirmed:
+                log.info("idle shadow is in use after all; kept", extra=kv(shadow=a.ref.key))
+        return dataclasses.replace(
+            plan,
+            actions=tuple(a for a in plan.actions if not isinstance(a, DeleteShadow) or a in confirmed),
+            empty_since=again.empty_since,
+        )
 
     def _node_snapshot(self, view: CacheView, entries: list[PodResourcesEntry], fresh: bool) -> Snapshot:
         pidns: dict[str, int] = {}

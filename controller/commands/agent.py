@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import logging
 import signal
@@ -83,4 +84,6 @@ def agent(
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    # `kill -USR1 <pid>`: every thread's stack to stderr, for a loop that stopped passing (/healthz 503).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     runner.run()

@@ -1,0 +1,127 @@
+"""End-to-end tier (issue 7): the real one-node cluster (kubelet, containerd with NRI), the fake vendor
+device plugin for 2 GPUs, and ``gpushare agent`` as a host process — one of each per session.
+
+Skips (with the build command) when the cluster binaries are not built or not root, like the cluster tier.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cluster import Cluster, cluster  # noqa: F401
+from tests.integration.e2e.agent_process import (
+    FAKE_RESOURCE,
+    REPO,
+    AgentProcess,
+    FakeGpus,
+    agent_config,
+    free_port,
+)
+
+IDLE_TIMEOUT_S = 3.0
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    agent: AgentProcess
+    gpus: FakeGpus
+    root: Path
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+    def pods(self, namespace: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
+        args = ["get", "pods", "-o", "json"]
+        args += ["-n", namespace] if namespace else ["-A"]
+        args += ["-l", selector] if selector else []
+        items: list[dict[str, Any]] = json.loads(self.cluster.kubectl(*args).stdout)["items"]
+        return items
+
+    def shadows(self) -> list[dict[str, Any]]:
+        return self.pods("gpushare-system", "gpushare.k8s.io/role=shadow")
+
+    def wait(self, what: str, ok: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ok():
+            if time.monotonic() > deadline:
+                self.agent.dump_stacks()
+                tail = "\n".join(self.agent.log_text().splitlines()[-80:])
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; agent log tail:\n{tail}")
+            time.sleep(0.3)
+
+    def exec(self, pod: str, container: str, script: str, namespace: str = "default") -> str:
+        return self.cluster.kubectl("exec", "-n", namespace, pod, "-c", container, "--", "sh", "-c", script).stdout
+
+    def events(self, pod: str, namespace: str = "default") -> list[dict[str, Any]]:
+        out = self.cluster.kubectl(
+            "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={pod}", "-o", "json"
+        ).stdout
+        items: list[dict[str, Any]] = json.loads(out)["items"]
+        return items
+
+    def allocatable(self) -> dict[str, str]:
+        node = self.cluster.node()
+        return {k: v for k, v in node["status"]["allocatable"].items() if "/" in k}
+
+    def gpushare(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [self.agent.argv[0], *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=check, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def env(cluster: Cluster) -> Iterator[Env]:  # noqa: F811
+    root = Path(tempfile.mkdtemp(prefix="gs-e2e", dir="/tmp"))
+    for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
+        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    gpus = FakeGpus(root, str(cluster.device_plugin_dir))
+    gpus.start()
+    port = free_port()
+    config = root / "agent.yaml"
+    config.write_text(
+        agent_config(
+            root,
+            nri_socket=str(cluster.nri_socket),
+            plugin_dir=str(cluster.device_plugin_dir),
+            pod_resources=str(cluster.pod_resources_socket),
+            port=port,
+            idle_s=IDLE_TIMEOUT_S,
+        )
+    )
+    agent = AgentProcess(root, config, str(cluster.kubeconfig), port)
+    e = Env(cluster, agent, gpus, root)
+    try:
+        e.wait(f"{FAKE_RESOURCE}=2 allocatable", lambda: e.allocatable().get(FAKE_RESOURCE) == "2", 30)
+        agent.start()
+        agent.wait_healthy()
+        e.wait("share-gpu-4 registered", lambda: "gpushare/share-gpu-4" in e.allocatable(), 30)
+        yield e
+    finally:
+        agent.stop()
+        gpus.stop()
+        _clean(cluster)
+
+
+def _clean(c: Cluster) -> None:
+    # Sharers first (a shadow removed under its sharers would evict them), then shadows.
+    c.kubectl("delete", "pods", "-A", "-l", "gpushare-e2e=1", "--wait=true", "--timeout=60s", check=False)
+    c.kubectl("delete", "pods", "-n", "gpushare-system", "--all", "--wait=true", "--timeout=60s", check=False)
+
+
+@pytest.fixture
+def e2e(env: Env) -> Iterator[Env]:
+    """The session's environment, with the agent running and no test pod left afterwards."""
+    if not env.agent.alive():
+        env.agent.start()
+        env.agent.wait_healthy()
+    yield env
+    _clean(env.cluster)
