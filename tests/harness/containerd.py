@@ -24,6 +24,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,13 +269,18 @@ class Containerd(Lifecycle):
         extra_config: str = "",
         base_dir: Path | None = None,
         import_images: bool = True,
+        preconnected_plugins: Mapping[str, str] | None = None,
     ) -> None:
+        """`preconnected_plugins`: file name ("10-gpushare") -> executable text, placed in the private
+        `plugin_path` so containerd launches them itself with the socket as fd 3. Only for 2.x: on
+        1.7.24 a plugin that fails to register makes containerd exit (test-environment.md)."""
         self.install = install
         self.paths = Paths(base_dir or Path(tempfile.mkdtemp(prefix="gs-cd-", dir="/tmp")))
         self.cgroup_parent = f"/gpushare-test-{self.paths.base.name}"
         self._nri = nri
         self._extra = extra_config
         self._import_images = import_images
+        self._preconnected = dict(preconnected_plugins or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
 
@@ -301,6 +307,9 @@ class Containerd(Lifecycle):
             d.mkdir(parents=True, exist_ok=True)
         for d in (p.nri_dir / "plugins", p.nri_dir / "conf.d"):
             d.mkdir(parents=True, exist_ok=True)
+        for name, text in self._preconnected.items():
+            (p.nri_dir / "plugins" / name).write_text(text)
+            (p.nri_dir / "plugins" / name).chmod(0o755)
         p.config.write_text(render_config(self.install, p, nri=self._nri, extra=self._extra))
         self._log_offset = p.log.stat().st_size if p.log.exists() else 0
         with open(p.log, "ab") as log:

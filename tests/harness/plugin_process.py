@@ -21,7 +21,6 @@ from tests.harness.lifecycle import Lifecycle
 ROOT = Path(__file__).resolve().parents[2]
 GPUSHARE = ROOT / ".venv" / "bin" / "gpushare"
 READY_LINE = "nri: synchronized"
-_TOOK = re.compile(r"took_(ms|us)=([0-9.]+)")
 
 
 class PluginProcessError(RuntimeError):
@@ -113,11 +112,16 @@ class PluginProcess(Lifecycle):
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def handler_times_ms(self, since: int = 0) -> list[float]:
-        """Every `took_ms=` / `took_us=` value the plugin logged, in milliseconds."""
+    def handler_times_ms(self, since: int = 0, field: str = "took") -> list[float]:
+        """Every `<field>_ms=` / `<field>_us=` value the plugin logged, in milliseconds.
+
+        gpushare logs `took_ms` (wall time of its handler) and `cpu_ms` (the handler thread's CPU
+        time, which a loaded machine's scheduling does not inflate); the Go plugin logs `took_us`.
+        """
+        pattern = re.compile(rf"\b{re.escape(field)}_(ms|us)=([0-9.]+)")
         times = []
         for line in self.lines[since:]:
-            m = _TOOK.search(line)
+            m = pattern.search(line)
             if m:
                 value = float(m.group(2))
                 times.append(value if m.group(1) == "ms" else value / 1000.0)
