@@ -38,16 +38,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.actions import KillContainers, KmodCommand
-from controller.mapping import MappingCache
-from controller.model import PodResourcesEntry, build_snapshot
 from controller.procs import CgroupIndex, ContainerCgroup
 from controller.spot_runtime import CgroupKiller, KmodBridge, SpotRuntime
-from controller.spot_solver import IdleVerdict, plan_spot
-from gpushare import keys
-from gpushare.config import Config
 from tests.harness.containerd import Containerd, find_install
 from tests.harness.cri import CriClient
 from tests.integration.spot.trees import CgroupTrees, skip_reason
+from tests.integration.spot.world import agent_pass, spot_world
 
 SEED_HOLD_MS = 3000.0
 GOAL_P99_MS = 100.0
@@ -84,79 +80,27 @@ class NoticeClient:
         return lambda *ids: self.ops.extend((op, i) for i in ids)
 
 
-def world(container_ids: list[str]) -> tuple[Any, MappingCache]:
-    """One lendable owner with N GPUs; borrower i runs on spot-GPU-i with container ``container_ids[i]``."""
-    n = len(container_ids)
-    gpus = [f"GPU-{i}" for i in range(n)]
-
-    def pod(name: str, ns: str, req: dict[str, str], cid: str, labels: dict[str, str] | None) -> dict[str, Any]:
-        return {
-            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}", "labels": labels},
-            "spec": {
-                "node_name": "bench",
-                "containers": [{"name": "app", "resources": {"requests": req, "limits": req}}],
-            },
-            "status": {
-                "phase": "Running",
-                "container_statuses": [{"name": "app", "container_id": f"containerd://{cid}"}],
-            },
-        }
-
-    pods = [pod("owner", "team", {REAL: str(n)}, "c-owner", {keys.LABEL_LENDABLE: "true"})]
-    rows = [PodResourcesEntry("team", "owner", "app", REAL, tuple(gpus))]
-    for i, cid in enumerate(container_ids):
-        pods.append(pod(f"job{i}", "spot", {keys.RESOURCE_SPOT_GPU: "1"}, cid, None))
-        rows.append(
-            PodResourcesEntry("spot", f"job{i}", "app", keys.RESOURCE_SPOT_GPU, (keys.SPOT_DEVICE_PREFIX + gpus[i],))
-        )
-    cfg = Config(node_name="bench", real_resources=(REAL,))
-    snap = build_snapshot(
-        pods, cfg, pod_resources=rows, allocatable={REAL: tuple(gpus)}, pidns_by_container={"c-owner": OWNER_PIDNS}
-    )
-    return snap, MappingCache.rebuild(snap.pod_resources, snap.pods, (REAL,))
-
-
 def one_return(cgroups: list[ContainerCgroup], *, use_freezer: bool = False) -> float:
     """Run the agent's pass on a notice; return ms from the notice to the last borrower cgroup empty."""
     ids = [cg.container_id for cg in cgroups]
-    snap, mapping = world(ids)
+    world = spot_world(ids, owner_pidns=OWNER_PIDNS)
     client = NoticeClient()
     index = CgroupIndex()
     woken = threading.Event()
-    rt = SpotRuntime(
-        None,
-        KmodBridge(client_factory=lambda unit: client, wake=woken.set),
-        CgroupKiller(index=index, use_freezer=use_freezer),
-    )
+    killer = CgroupKiller(index=index, use_freezer=use_freezer)
+    rt = SpotRuntime(None, KmodBridge(client_factory=lambda unit: client, wake=woken.set), killer)
     rt.bridge.start()
-    rt.kill_runner.prepare(ids)  # the loop's pidns_of located them when it first saw the borrowers
+    killer.prepare(ids)  # the loop's pidns_of located them when it first saw the borrowers
     assert len(index.locate(ids)) == len(ids), "borrower cgroups not found"
     rt.kmod(KmodCommand("detect", OWNER_PIDNS))  # the watch the plan made when the owner went away
-    verdicts = {f"GPU-{i}": IdleVerdict(f"GPU-{i}", "idle", NOW - 700) for i in range(len(ids))}
-    before = {cg.container_id: cg.pids() for cg in cgroups}
+    before = [p for cg in cgroups for p in cg.pids()]
     result: dict[str, float] = {}
 
     def loop() -> None:
         woken.wait(10)
-        rt.verdicts(NOW)
-        plan = plan_spot(
-            snap,
-            mapping,
-            real_resources=(REAL,),
-            verdicts=verdicts,
-            notices=rt.notices(),
-            kmod=rt.kmod_view(),
-            back_at={},
-            now=NOW,
-            idle_window_s=600,
-        )
+        plan = agent_pass(rt, world)  # release waits until the reaper saw every borrower dead
         kills = [a for a in plan.actions if isinstance(a, KillContainers)]
         assert len(kills) == len(ids), f"plan killed {len(kills)} of {len(ids)} borrowers"
-        for action in plan.actions:  # Evict and SetSpotHealth are API/plugin calls, not on this path
-            if isinstance(action, KillContainers):
-                rt.killer(action)
-            elif isinstance(action, KmodCommand):
-                rt.kmod(action)  # release waits until the reaper saw every borrower dead
         result["dead"] = max(t for _, t in rt.dead)
 
     t = threading.Thread(target=loop, name="gpushare-bench-loop")
@@ -170,7 +114,7 @@ def one_return(cgroups: list[ContainerCgroup], *, use_freezer: bool = False) -> 
     if "dead" not in result:
         raise RuntimeError("the loop pass did not finish")
     left = [cg.container_id for cg in cgroups if cg.pids()]
-    alive = [p for pids in before.values() for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
+    alive = [p for p in before if Path(f"/proc/{p}").exists() and not _zombie(p)]
     if left or alive:
         raise RuntimeError(f"borrowers survived: cgroups {left}, pids {alive}")
     if ("release", OWNER_PIDNS) not in client.ops:

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller.procs import CgroupIndex
 from gpushare import keys
 from tests.integration.e2e.agent_process import FAKE_RESOURCE, pod_manifest
@@ -19,9 +21,8 @@ from tests.integration.spot.conftest import GPUS, IDLE_WINDOW_S, SpotEnv
 SPOT = keys.RESOURCE_SPOT_GPU
 
 
-def owner_manifest() -> dict[str, Any]:
-    m = pod_manifest("owner", namespace="team", resources={FAKE_RESOURCE: "1"}, labels={keys.LABEL_LENDABLE: "true"})
-    return m
+def owner_manifest(name: str = "owner") -> dict[str, Any]:
+    return pod_manifest(name, namespace="team", resources={FAKE_RESOURCE: "1"}, labels={keys.LABEL_LENDABLE: "true"})
 
 
 def spot_manifest(name: str) -> dict[str, Any]:
@@ -40,8 +41,8 @@ def pod(env: SpotEnv, name: str, ns: str) -> dict[str, Any] | None:
     return env.cluster.pod(name, ns)
 
 
-def owner_gpu(env: SpotEnv) -> str:
-    out = env.cluster.kubectl("exec", "-n", "team", "owner", "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").stdout
+def owner_gpu(env: SpotEnv, name: str = "owner") -> str:
+    out = env.cluster.kubectl("exec", "-n", "team", name, "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").stdout
     gpu = out.strip()
     assert gpu in GPUS, f"owner sees {gpu!r}"
     return gpu
@@ -57,12 +58,12 @@ def cid_of(p: dict[str, Any]) -> str:
     return str(status["containerID"]).split("://", 1)[1]
 
 
-def lend(env: SpotEnv) -> str:
+def lend(env: SpotEnv, name: str = "owner") -> str:
     """Owner running and idle for the window -> spot-gpu allocatable 1; returns the owner's GPU."""
-    if pod(env, "owner", "team") is None:
-        env.apply(owner_manifest())
-    env.cluster.wait_pod_phase("owner", ["Running"], namespace="team", timeout_s=60)
-    gpu = owner_gpu(env)
+    if pod(env, name, "team") is None:
+        env.apply(owner_manifest(name))
+    env.cluster.wait_pod_phase(name, ["Running"], namespace="team", timeout_s=60)
+    gpu = owner_gpu(env, name)
     env.write_metrics({g: 0.0 for g in GPUS})
     env.wait("spot-gpu allocatable 1", lambda: env.allocatable(SPOT) == "1", 30)
     return gpu
@@ -138,9 +139,25 @@ def test_second_spot_pod_not_admitted_while_owner_busy(spot_env: SpotEnv) -> Non
     env.cluster.kubectl("delete", "pod", "-n", "spot", "job2", "--wait=true", "--timeout=30s")
 
 
+def test_gpushare_status_says_why(spot_env: SpotEnv) -> None:
+    env = spot_env
+    res = subprocess.run(
+        [env.agent.argv[0], "status", "--config", str(env.agent.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert "SPOT  (returns seen by: utilization alone (gpukmod not loaded))" in res.stdout, res.stdout
+    assert "OwnerBack" in res.stdout, res.stdout
+
+
 def test_agent_restart_while_lent_keeps_lending_without_false_eviction(spot_env: SpotEnv) -> None:
     env = spot_env
-    lend(env)
+    # A fresh owner: the NRI plugin forgets an owner whose borrower was removed (bug reported to
+    # the NRI part; test_next_borrower_after_an_eviction_gets_the_device below).
+    env.cluster.kubectl("delete", "pod", "-n", "team", "owner", "--wait=true", "--timeout=30s")
+    lend(env, "owner2")
     env.apply(spot_manifest("job3"))
     job = env.cluster.wait_pod_phase("job3", ["Running"], namespace="spot", timeout_s=60)
     pids = container_pids(cid_of(job))
@@ -162,14 +179,21 @@ def test_agent_restart_while_lent_keeps_lending_without_false_eviction(spot_env:
     env.cluster.kubectl("delete", "pod", "-n", "spot", "job3", "--wait=true", "--timeout=30s")
 
 
-def test_gpushare_status_says_why(spot_env: SpotEnv) -> None:
+@pytest.mark.xfail(
+    strict=True,
+    reason="NRI plugin bug (reported 17:03 UTC in the coordination notes): nri_plugin/model.py "
+    "Snapshot.without_container drops the owner's visible-ID entry when the borrower that overwrote it is removed",
+)
+def test_next_borrower_after_an_eviction_gets_the_device(spot_env: SpotEnv) -> None:
     env = spot_env
-    res = subprocess.run(
-        [env.agent.argv[0], "status", "--config", str(env.agent.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert "SPOT  (returns seen by: utilization alone (gpukmod not loaded))" in res.stdout, res.stdout
-    assert "OwnerBack" in res.stdout, res.stdout
+    gpu = lend(env, "owner3")
+    env.apply(spot_manifest("job4"))
+    env.cluster.wait_pod_phase("job4", ["Running"], namespace="spot", timeout_s=60)
+    env.write_metrics({g: 0.0 for g in GPUS} | {gpu: 60.0}, {gpu: ("team/owner3",)})
+    env.wait("job4 deleted", lambda: pod(env, "job4", "spot") is None, 30)
+    lend(env, "owner3")
+    env.apply(spot_manifest("job5"))
+    try:
+        env.cluster.wait_pod_phase("job5", ["Running"], namespace="spot", timeout_s=30)
+    finally:
+        env.cluster.kubectl("delete", "pod", "-n", "spot", "job5", "--wait=false", check=False)
