@@ -58,7 +58,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 cd {shlex.quote(str(REPO))} || exit 97
 uname -r
 {py} -m pytest -p no:cacheprovider -q \\
-    tests/integration/kernel/guest/guest_gpukmod.py
+    tests/integration/kernel/guest/guest_gpukmod.py tests/integration/kernel/guest/guest_spot.py
 rc=$?
 {py} bench/kmod_stall.py --ko "$GPUKMOD_KO" --count 200 --json /run/gs-out/bench.json || rc=1
 exit $rc
