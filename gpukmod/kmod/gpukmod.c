@@ -72,6 +72,16 @@ module_param(max_block_ms, uint, 0444);
 MODULE_PARM_DESC(max_block_ms,
 		 "Longest time in ms a watched GPU ioctl is held waiting for release (default 3000, 1..600000)");
 
+/*
+ * When the listener's socket closes nobody is left to send "release": end its
+ * holds at once rather than stall the owners for max_block_ms. Off only to
+ * test unloading with a task still held.
+ */
+static bool release_on_close = true;
+module_param(release_on_close, bool, 0444);
+MODULE_PARM_DESC(release_on_close,
+		 "End all holds when the registered listener's socket closes (default Y)");
+
 enum gk_state {
 	GK_FREE = 0,	/* slot unused */
 	GK_WATCHED,	/* added; ioctls pass */
@@ -685,6 +695,44 @@ static void gk_nl_input(struct sk_buff *skb)
 }
 
 /**
+ * gk_nl_notify() - forget a listener whose socket closed and end its holds
+ * @nb: our notifier block
+ * @event: the netlink event; only NETLINK_URELEASE matters
+ * @ptr: the struct netlink_notify of the closing socket
+ *
+ * Returns: NOTIFY_DONE.
+ */
+static int gk_nl_notify(struct notifier_block *nb, unsigned long event, void *ptr)
+{
+	const struct netlink_notify *n = ptr;
+	bool ended = false;
+	int i;
+
+	if (event != NETLINK_URELEASE || n->protocol != nl_unit || !net_eq(n->net, &init_net))
+		return NOTIFY_DONE;
+	spin_lock(&gk_lock);
+	if (gk_listener && n->portid == gk_listener) {
+		gk_listener = 0;
+		for (i = 0; release_on_close && i < GK_TABLE_SIZE; i++) {
+			if (gk_table[i].state != GK_HOLDING)
+				continue;
+			gk_set_state(&gk_table[i], GK_WATCHED);
+			ended = true;
+		}
+	}
+	spin_unlock(&gk_lock);
+	if (ended) {
+		pr_info_ratelimited("listener portid %u closed: held ioctls released\n", n->portid);
+		wake_up_all(&gk_wq);
+	}
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block gk_nl_nb = {
+	.notifier_call = gk_nl_notify,
+};
+
+/**
  * gk_release_all() - stop holding anyone and wait until nobody is in our code
  *
  * Called after the ftrace ops are gone, so no new caller can arrive. A task
@@ -730,6 +778,11 @@ static int __init gk_init(void)
 		return -EBUSY;
 	}
 
+	err = netlink_register_notifier(&gk_nl_nb);
+	if (err) {
+		pr_err("netlink_register_notifier failed: %d\n", err);
+		goto err_release_netlink;
+	}
 	err = gk_prepare_hooks();
 	if (err)
 		goto err_clear_filter;
@@ -750,6 +803,8 @@ static int __init gk_init(void)
 
 err_clear_filter:
 	ftrace_free_filter(&gk_ops);
+	netlink_unregister_notifier(&gk_nl_nb);
+err_release_netlink:
 	netlink_kernel_release(gk_nl);
 	return err;
 }
@@ -763,6 +818,7 @@ static void __exit gk_exit(void)
 		pr_err("unregister_ftrace_function failed: %d\n", err);
 	ftrace_free_filter(&gk_ops);
 	gk_release_all();
+	netlink_unregister_notifier(&gk_nl_nb);
 	netlink_kernel_release(gk_nl);
 	pr_info("version %s unloaded\n", GPUKMOD_VERSION);
 }

@@ -41,10 +41,10 @@ def ensure_unloaded() -> None:
 
 
 @contextlib.contextmanager
-def module_loaded(max_block_ms: int = 3000, ko: Path | None = None) -> Iterator[None]:
+def module_loaded(max_block_ms: int = 3000, ko: Path | None = None, *, release_on_close: bool = True) -> Iterator[None]:
     """Load the module with ``max_block_ms`` for the block, unload it after."""
     ensure_unloaded()
-    load(ko or ko_path(), f"max_block_ms={max_block_ms}")
+    load(ko or ko_path(), f"max_block_ms={max_block_ms} release_on_close={int(release_on_close)}")
     try:
         yield
     finally:
