@@ -15,13 +15,12 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpukmod import KmodClient  # noqa: E402 - the repo root goes on sys.path first
-from tests.integration.kernel.guest.common import module_loaded, worker  # noqa: E402
+from gpukmod import KmodClient
+from tests.integration.kernel.guest.common import module_loaded, worker
 
 SEED_STALL_MS = 3000.0
 
@@ -45,7 +44,7 @@ def measure(ko: Path, count: int, backend: str) -> list[float]:
             listener.start_notices(ctl.release, name="gpushare-kmod-bench")
             for _ in range(count):
                 ctl.detect(w.pidns)
-                (_, stall_s), = w.ioctl()
+                ((_, stall_s),) = w.ioctl()
                 stalls_ms.append(stall_s * 1000)
         finally:
             listener.close()
