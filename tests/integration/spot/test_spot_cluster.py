@@ -15,37 +15,13 @@ import pytest
 
 from controller.procs import CgroupIndex
 from gpushare import keys
-from tests.integration.e2e.agent_process import FAKE_RESOURCE, pod_manifest
-from tests.integration.spot.conftest import GPUS, IDLE_WINDOW_S, SpotEnv
+from tests.integration.spot.env import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
 
 SPOT = keys.RESOURCE_SPOT_GPU
 
 
-def owner_manifest(name: str = "owner") -> dict[str, Any]:
-    return pod_manifest(name, namespace="team", resources={FAKE_RESOURCE: "1"}, labels={keys.LABEL_LENDABLE: "true"})
-
-
-def spot_manifest(name: str) -> dict[str, Any]:
-    m = pod_manifest(name, namespace="spot", resources={SPOT: "1"})
-    # A process tree, so "every process dead" means more than PID 1.
-    m["spec"]["containers"][0]["command"] = [
-        "sh",
-        "-c",
-        "trap 'exit 0' TERM; sleep 3600 & sleep 3600 & (while :; do sleep 3600; done) & "
-        "ls /dev > /tmp/devs; env > /tmp/env; wait",
-    ]
-    return m
-
-
 def pod(env: SpotEnv, name: str, ns: str) -> dict[str, Any] | None:
     return env.cluster.pod(name, ns)
-
-
-def owner_gpu(env: SpotEnv, name: str = "owner") -> str:
-    out = env.cluster.kubectl("exec", "-n", "team", name, "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").stdout
-    gpu = out.strip()
-    assert gpu in GPUS, f"owner sees {gpu!r}"
-    return gpu
 
 
 def container_pids(container_id: str) -> list[int]:

@@ -1,0 +1,146 @@
+"""The spot environment on a one-node cluster: the fake vendor plugin for 2 GPUs and ``gpushare
+agent`` as a host process reading fake dcgm metrics from a file that tests and the demo rewrite.
+
+Used by tests/integration/spot/conftest.py and hack/demo_spot.py.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.fake_metrics import FakeGpu, write_dcgm
+from gpushare import keys
+from tests.harness.cluster import Cluster
+from tests.integration.e2e.agent_process import (
+    FAKE_RESOURCE,
+    REPO,
+    AgentProcess,
+    FakeGpus,
+    agent_config,
+    free_port,
+    pod_manifest,
+)
+
+IDLE_WINDOW_S = 2.0
+SCRAPE_INTERVAL_S = 0.2
+GPUS = ("fakegpu0", "fakegpu1")
+
+
+@dataclass
+class SpotEnv:
+    cluster: Cluster
+    agent: AgentProcess
+    gpus: FakeGpus
+    root: Path
+    metrics: Path
+
+    def write_metrics(self, util: Mapping[str, float | None], users: Mapping[str, tuple[str, ...]] = {}) -> None:
+        write_dcgm(self.metrics, [FakeGpu(g, util.get(g, 0.0), users.get(g, ())) for g in GPUS])
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+    def wait(self, what: str, ok: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ok():
+            if time.monotonic() > deadline:
+                tail = "\n".join(self.agent.log_text().splitlines()[-60:])
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; agent log tail:\n{tail}")
+            time.sleep(0.2)
+
+    def allocatable(self, resource: str) -> str | None:
+        value: str | None = self.cluster.node()["status"]["allocatable"].get(resource)
+        return value
+
+    def events(self, pod: str, namespace: str) -> list[dict[str, Any]]:
+        out = self.cluster.kubectl(
+            "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={pod}", "-o", "json"
+        ).stdout
+        items: list[dict[str, Any]] = json.loads(out)["items"]
+        return items
+
+
+def owner_manifest(name: str = "owner") -> dict[str, Any]:
+    return pod_manifest(name, namespace="team", resources={FAKE_RESOURCE: "1"}, labels={keys.LABEL_LENDABLE: "true"})
+
+
+def spot_manifest(name: str) -> dict[str, Any]:
+    m = pod_manifest(name, namespace="spot", resources={keys.RESOURCE_SPOT_GPU: "1"})
+    # A process tree, so "every process dead" means more than PID 1.
+    m["spec"]["containers"][0]["command"] = [
+        "sh",
+        "-c",
+        "trap 'exit 0' TERM; sleep 3600 & sleep 3600 & (while :; do sleep 3600; done) & "
+        "ls /dev > /tmp/devs; env > /tmp/env; wait",
+    ]
+    return m
+
+
+def owner_gpu(env: SpotEnv, name: str = "owner") -> str:
+    out = env.cluster.kubectl("exec", "-n", "team", name, "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").stdout
+    gpu = out.strip()
+    assert gpu in GPUS, f"owner sees {gpu!r}"
+    return gpu
+
+
+def spot_config(root: Path, cluster: Cluster, port: int, metrics: Path) -> str:
+    base = agent_config(
+        root,
+        nri_socket=str(cluster.nri_socket),
+        plugin_dir=str(cluster.device_plugin_dir),
+        pod_resources=str(cluster.pod_resources_socket),
+        port=port,
+        idle_s=60.0,
+    )
+    # agent_config ends with the metrics section: extend it with the fake source.
+    return base + "\n".join(
+        [
+            f"  source: {metrics}",
+            "  vendor: nvidia",
+            "  processLevel: true",
+            f"  scrapeInterval: {int(SCRAPE_INTERVAL_S * 1000)}ms",
+            "  scrapeTimeout: 500ms",
+            f"idleWindow: {IDLE_WINDOW_S}s",
+            "",
+        ]
+    )
+
+
+@contextmanager
+def spot_environment(cluster: Cluster, *, start_fake_gpus: bool = True) -> Iterator[SpotEnv]:
+    """Namespaces team and spot, fake GPUs (unless already running), the agent with spot on; all stopped after."""
+    root = Path(tempfile.mkdtemp(prefix="gs-spot", dir="/tmp"))
+    for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
+        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    for ns in ("team", "spot"):
+        cluster.kubectl("create", "namespace", ns, check=False)
+    gpus = FakeGpus(root, str(cluster.device_plugin_dir))
+    if start_fake_gpus:
+        gpus.start()
+    port = free_port()
+    metrics = root / "dcgm.prom"
+    config = root / "agent.yaml"
+    config.write_text(spot_config(root, cluster, port, metrics))
+    agent = AgentProcess(root, config, str(cluster.kubeconfig), port)
+    sock = f"{str(cluster.device_plugin_dir).rstrip('/')}/{FAKE_RESOURCE.replace('/', '-')}.sock"
+    agent.argv += ["--spot-from", f"{FAKE_RESOURCE}={sock}", "--no-lease"]
+    env = SpotEnv(cluster, agent, gpus, root, metrics)
+    env.write_metrics({g: None for g in GPUS})  # unknown until told otherwise: never idle
+    try:
+        env.wait(f"{FAKE_RESOURCE}=2", lambda: env.allocatable(FAKE_RESOURCE) == "2", 30)
+        agent.start()
+        agent.wait_healthy()
+        env.wait("spot-gpu registered", lambda: env.allocatable("gpushare/spot-gpu") is not None, 30)
+        yield env
+    finally:
+        for ns in ("spot", "team"):
+            cluster.kubectl("delete", "pods", "-n", ns, "--all", "--wait=true", "--timeout=60s", check=False)
+        agent.stop()
+        gpus.stop()
