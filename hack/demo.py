@@ -1,0 +1,243 @@
+"""`make demo`: a one-node cluster with 2 fake GPUs, the gpushare agent as a host process, and a walk-through.
+
+    python hack/demo.py up   [--root /tmp/gs-demo]   # cluster + fake GPUs + agent, then the walk-through
+    python hack/demo.py down [--root /tmp/gs-demo]   # agent, fake GPUs and cluster gone
+
+The cluster lives in ROOT (tests/harness/cluster.py); the agent's files (config, state, logs, pid
+files, fake device nodes) in ROOT-agent. Everything is left running after `up` so you can explore
+with the printed KUBECONFIG line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.integration.e2e.agent_process import (  # noqa: E402
+    FAKE_RESOURCE,
+    GPUSHARE,
+    agent_config,
+    pod_manifest,
+)
+
+PORT = 19488
+BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
+
+
+def say(text: str) -> None:
+    print(f"\n{BOLD}==> {text}{RESET}", flush=True)
+
+
+def show(cmd: list[str], text: str) -> None:
+    print(f"{DIM}$ {' '.join(cmd)}{RESET}")
+    print(text.rstrip(), flush=True)
+
+
+class Demo:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.side = Path(f"{root}-agent")
+        self.kubeconfig = root / "kubeconfig"
+        self.kubectl_bin = shutil.which("kubectl") or str(
+            Path(os.environ.get("GPUSHARE_CACHE", Path.home() / ".cache/gpushare")) / "kube/v1.34.4/bin/kubectl"
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        argv = [self.kubectl_bin, f"--kubeconfig={self.kubeconfig}", *args]
+        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=120, check=False)
+        if check and res.returncode != 0:
+            raise SystemExit(f"demo: kubectl {' '.join(args)} failed: {res.stderr.strip()}")
+        return res.stdout
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        args = ["get", "pods", "-n", namespace, "-o", "json"] + (["-l", selector] if selector else [])
+        items: list[dict[str, Any]] = json.loads(self.kubectl(*args))["items"]
+        return items
+
+    def wait(self, what: str, ok: Any, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ok():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"demo: timed out waiting for {what}; agent log: {self.side / 'agent.log'}")
+            time.sleep(0.5)
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        with open(self.side / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO
+            )
+        (self.side / f"{name}.pid").write_text(str(proc.pid))
+
+    def stop(self, name: str) -> None:
+        pid_file = self.side / f"{name}.pid"
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            pid = int(pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            if "gpushare" in cmdline:  # only a process we started (the PID may have been reused)
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(100):
+                    if not Path(f"/proc/{pid}").exists():
+                        break
+                    time.sleep(0.1)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+
+    # -- up / down -----------------------------------------------------------------------------
+    def up(self) -> None:
+        if os.geteuid() != 0:
+            raise SystemExit("demo: needs root (kubelet, containerd, device nodes); run `sudo make demo`")
+        if (self.root / "cluster.json").exists() or self.side.exists():
+            say(f"a previous demo is still in {self.root}; removing it first")
+            self.down()
+        say("bringing up a one-node Kubernetes cluster (kubelet + containerd with NRI)")
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.harness.cluster", "up", "--root", str(self.root)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise SystemExit(f"demo: cluster up failed:\n{out.stderr}{out.stdout}")
+        print(out.stdout.strip())
+        self.side.mkdir(parents=True, exist_ok=True)
+        for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
+            self.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+
+        say(f"starting the fake vendor device plugin: 2 GPUs as {FAKE_RESOURCE}")
+        plugin_dir = str(self.root / "kubelet" / "device-plugins")
+        (self.side / "dev").mkdir(exist_ok=True)
+        argv = [GPUSHARE, "fake-gpus", "--count", "2", "--resource", FAKE_RESOURCE]
+        self.spawn("fake-gpus", [*argv, "--dev-dir", str(self.side / "dev"), "--plugin-dir", plugin_dir])
+        self.wait("the fake GPUs in node allocatable", lambda: self.allocatable().get(FAKE_RESOURCE) == "2", 60)
+
+        say("starting the gpushare agent as a host process (loop + device plugins + NRI plugin + /metrics)")
+        config = self.side / "agent.yaml"
+        config.write_text(
+            agent_config(
+                self.side,
+                nri_socket=str(self.root / "containerd" / "nri.sock"),
+                plugin_dir=plugin_dir,
+                pod_resources=str(self.root / "kubelet" / "pod-resources" / "kubelet.sock"),
+                port=PORT,
+                idle_s=60,
+            )
+        )
+        self.spawn("agent", [GPUSHARE, "agent", "--config", str(config), "--kubeconfig", str(self.kubeconfig)])
+        self.wait("the agent's share-gpu-4 plugin", lambda: "gpushare/share-gpu-4" in self.allocatable(), 60)
+        print(f"agent log: {self.side / 'agent.log'}   metrics: http://127.0.0.1:{PORT}/metrics")
+
+        self.dind()
+        self.sharing()
+        say("gpushare status")
+        show(
+            ["gpushare", "status", "--config", str(config)],
+            subprocess.run(
+                [GPUSHARE, "status", "--config", str(config)], capture_output=True, text=True, check=False
+            ).stdout,
+        )
+        say("the cluster stays up; explore it with:")
+        print(f"export KUBECONFIG={self.kubeconfig}")
+        print(f"{self.kubectl_bin} get pods -A -o wide")
+        print(f"{GPUSHARE} status --config {config}")
+        print("and remove everything with: make demo-down")
+
+    def allocatable(self) -> dict[str, str]:
+        node = json.loads(self.kubectl("get", "node", "127.0.0.1", "-o", "json", check=False) or "{}")
+        alloc: dict[str, str] = (node.get("status") or {}).get("allocatable") or {}
+        return alloc
+
+    def dind(self) -> None:
+        say("a Docker-in-Docker dev pod: 'main' asks for a GPU, the 'dind' sidecar gets the same one")
+        pod = pod_manifest(
+            "dind-dev",
+            resources={FAKE_RESOURCE: "1"},
+            containers=["main", "dind"],
+            annotations={"gpushare.k8s.io/container-devices-from.dind": "main"},
+        )
+        print("pod annotation  gpushare.k8s.io/container-devices-from.dind: main")
+        self.apply(pod)
+        self.wait("dind-dev Running", lambda: self._phase("default", "dind-dev") == "Running")
+        script = "ls /dev | grep fakegpu; env | grep FAKE"
+        for c in ("main", "dind"):
+            argv = ["exec", "dind-dev", "-c", c, "--", "sh", "-c", script]
+            show(["kubectl", *argv[:-1], repr(script)], self.kubectl(*argv))
+
+    def sharing(self) -> None:
+        say("8 replicas asking gpushare/share-gpu-4: the agent creates 2 shadow pods, 4 sharers each")
+        # The GPU the DinD pod holds is needed by the second shadow: free it first.
+        self.kubectl("delete", "pod", "dind-dev", "--wait=true")
+        dep = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "inference", "namespace": "default"},
+            "spec": {
+                "replicas": 8,
+                "selector": {"matchLabels": {"app": "inference"}},
+                "template": {
+                    "metadata": {"labels": {"app": "inference"}},
+                    "spec": pod_manifest("x", resources={"gpushare/share-gpu-4": "1"}, containers=["server"])["spec"],
+                },
+            },
+        }
+        self.apply(dep)
+
+        def all_running() -> bool:
+            pods = self.pods("default", "app=inference")
+            return len(pods) == 8 and all(p["status"].get("phase") == "Running" for p in pods)
+
+        self.wait("8 inference replicas Running", all_running, 180)
+        show(
+            ["kubectl", "get", "pods", "-n", "gpushare-system"],
+            self.kubectl("get", "pods", "-n", "gpushare-system", "-o", "wide"),
+        )
+        lines = []
+        for p in sorted(self.pods("default", "app=inference"), key=lambda p: p["metadata"]["name"]):
+            name = p["metadata"]["name"]
+            owner = json.loads((p["metadata"].get("annotations") or {}).get("gpushare.k8s.io/shadow-owner", "{}"))
+            seen = self.kubectl("exec", name, "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").strip()
+            lines.append(f"{name:32} shadow={','.join(owner) or '(recording…)':48} sees {seen}")
+        show(["(each replica's shadow and the GPU it sees)"], "\n".join(lines))
+
+    def _phase(self, ns: str, name: str) -> str:
+        out = self.kubectl("get", "pod", "-n", ns, name, "-o", "jsonpath={.status.phase}", check=False)
+        return out.strip()
+
+    def down(self) -> None:
+        self.stop("agent")
+        self.stop("fake-gpus")
+        subprocess.run(
+            [sys.executable, "-m", "tests.harness.cluster", "down", "--root", str(self.root)], cwd=REPO, check=False
+        )
+        shutil.rmtree(self.side, ignore_errors=True)
+        print(f"demo removed ({self.root}, {self.side})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("--root", default="/tmp/gs-demo", type=Path)
+    args = parser.parse_args()
+    demo = Demo(args.root)
+    demo.up() if args.action == "up" else demo.down()
+
+
+if __name__ == "__main__":
+    main()
