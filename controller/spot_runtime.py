@@ -53,6 +53,7 @@ RETURN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 # empty after this long is frozen before the next round.
 FREEZE_AFTER_S = 0.02
 KMOD_RETRY_S = 30.0  # how often an absent module is looked for again (it may be loaded later)
+PIDNS_RETRY_S = 5.0  # how long a container whose cgroup was not found is not looked for again
 # Commands whose ENOENT means "already done": the id left the table (module reloaded, or it
 # was deleted by a timed-out hold's owner going away).
 _IDEMPOTENT_ON_ENOENT = frozenset({"delete", "undetect", "release"})
@@ -335,8 +336,8 @@ class CgroupKiller:
     def timeout_s(self) -> float:
         return self._timeout_s
 
-    def signal(self, action: KillContainers) -> list[ContainerCgroup]:
-        """Freeze, SIGKILL and thaw the containers' cgroups without waiting; the cgroups to watch."""
+    def signal(self, action: KillContainers) -> tuple[list[ContainerCgroup], set[int]]:
+        """SIGKILL every task of the containers' cgroups without waiting: (cgroups to watch, pids signalled)."""
         found = self.index.locate(action.container_ids)
         cgroups = list(found.values())
         signalled, _ = signal_cgroups(cgroups, use_freezer=self.use_freezer)
@@ -351,7 +352,7 @@ class CgroupKiller:
                 signalled=len(signalled),
             ),
         )
-        return cgroups
+        return cgroups, signalled
 
     def __call__(self, action: KillContainers) -> KillReport:
         found = self.index.locate(action.container_ids)
@@ -431,7 +432,9 @@ class SpotRuntime:
         self._lock = threading.Lock()
         self._pass_signals: list[float] = []
         self._pidns: dict[str, int] = {}
-        self._reaping: list[tuple[KillContainers, list[ContainerCgroup], float | None, float]] = []
+        self._pidns_missing: dict[str, float] = {}
+        # (action, cgroups, return-signal time, time signalled, pids signalled so far)
+        self._reaping: list[tuple[KillContainers, list[ContainerCgroup], float | None, float, set[int]]] = []
         self._reaper: threading.Thread | None = None
         self._reaped = threading.Event()
         self._killed: OrderedDict[PodRef, None] = OrderedDict()
@@ -514,7 +517,7 @@ class SpotRuntime:
         parallel (16 borrowers die in about the time of one). ``kmod("release")`` waits for
         the reaper, so the owner's ioctl still runs only after every borrower is dead.
         """
-        cgroups = self.kill_runner.signal(action)
+        cgroups, signalled = self.kill_runner.signal(action)
         with self._lock:
             # The plan kills a still-terminating pod again on every pass; count each pod once.
             is_first = action.ref not in self._killed
@@ -525,7 +528,7 @@ class SpotRuntime:
                 self.counters.kills[action.reason] += 1
             is_return = is_first and action.reason == REASON_OWNER_BACK and bool(self._pass_signals)
             signal_at = min(self._pass_signals) if is_return else None
-            self._reaping.append((action, cgroups, signal_at, self._monotonic()))
+            self._reaping.append((action, cgroups, signal_at, self._monotonic(), signalled))
             if self._reaper is None:
                 self._reaped.clear()
                 self._reaper = threading.Thread(target=self._reap, name="gpushare-spot-reaper", daemon=True)
@@ -541,8 +544,9 @@ class SpotRuntime:
                     return
             done: list[Any] = []
             for entry in batch:
-                action, cgroups, signal_at, signalled_at = entry
-                left = [cg for cg in cgroups if cg.pids()]
+                action, cgroups, signal_at, signalled_at, signalled = entry
+                listed = [(cg, cg.pids()) for cg in cgroups]
+                left = [cg for cg, pids in listed if pids]
                 now = self._monotonic()
                 if not left:
                     done.append(entry)
@@ -553,11 +557,12 @@ class SpotRuntime:
                         wait_cgroups_empty(left, timeout_s=0.0)
                     except KillTimeout as exc:
                         log.error("spot: %s", exc, extra=kv(pod=action.ref.key, reason=action.reason))
-                else:
-                    # Survivors: children forked between our read and our signal. Kill them again;
-                    # if that has not emptied the cgroup within FREEZE_AFTER_S, freeze it first so
-                    # a fork loop cannot stay ahead of us.
-                    signal_cgroups(left, use_freezer=now - signalled_at > FREEZE_AFTER_S)
+                elif any(p not in signalled for _, pids in listed for p in pids):
+                    # Tasks we never signalled: children forked between our read and our signal.
+                    # Kill them; if forks still come after FREEZE_AFTER_S, freeze first so a fork
+                    # loop cannot stay ahead. Tasks already signalled are only dying: wait.
+                    again, _ = signal_cgroups(left, use_freezer=now - signalled_at > FREEZE_AFTER_S)
+                    signalled |= again
             with self._lock:
                 self._reaping = [e for e in self._reaping if e not in done]
             if len(done) < len(batch):
@@ -587,11 +592,20 @@ class SpotRuntime:
 
     def pidns_of(self, container_id: str) -> int | None:
         """The pid-namespace inode of a container's first process (cached: it never changes)."""
+        now = self._monotonic()
         with self._lock:
             if container_id in self._pidns:
                 return self._pidns[container_id]
+            # The loop asks for every container every pass; one not found (exited, not started)
+            # is looked for again only after a pause, so the cgroup walk stays off most passes.
+            if now - self._pidns_missing.get(container_id, -PIDNS_RETRY_S) < PIDNS_RETRY_S:
+                return None
         cg = self.kill_runner.index.locate([container_id]).get(container_id)
         if cg is None:
+            with self._lock:
+                if len(self._pidns_missing) > 4096:
+                    self._pidns_missing.clear()
+                self._pidns_missing[container_id] = now
             return None
         try:
             pid = cg.first_pid(proc_root=self._proc_root)

@@ -237,3 +237,17 @@ def test_runtime_killer_kills_real_trees_and_observes_return_to_dead(tmp_path: P
         assert 'gpushare_spot_return_seconds_bucket{le="0.025"} 0' in rt.metrics_lines()
         assert 'gpushare_spot_return_seconds_bucket{le="0.05"} 1' in rt.metrics_lines()
         rt.close()
+
+
+def test_pidns_of_a_missing_container_is_not_looked_for_every_pass(tmp_path: Path) -> None:
+    (tmp_path / "freezer").mkdir()
+    clock = [0.0]
+    index = CgroupIndex(cgroup_root=str(tmp_path), hierarchy="freezer")
+    rt = SpotRuntime(None, KmodBridge(client_factory=absent), CgroupKiller(index=index), monotonic=lambda: clock[0])
+    assert rt.pidns_of("abc") is None
+    (tmp_path / "freezer" / "abc").mkdir()  # appears, but empty: no first process yet
+    (tmp_path / "freezer" / "abc" / "cgroup.procs").write_text("")
+    clock[0] = 1.0
+    assert rt.pidns_of("abc") is None and "abc" not in index._cache  # within the pause: no walk
+    clock[0] = 6.0
+    assert rt.pidns_of("abc") is None and "abc" in index._cache  # looked for again, found, no task
