@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tests.harness.cri import CriClient, CriError
 from tests.harness.images import PAUSE_IMAGE, ensure_images
-from tests.harness.lifecycle import Lifecycle
+from tests.harness.lifecycle import Lifecycle, terminate
 
 VERSIONS = ("1.7.24", "2.x")
 RUNC = Path("/usr/sbin/runc")
@@ -332,14 +332,8 @@ class Containerd(Lifecycle):
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop containerd by PID (SIGTERM, then SIGKILL); its shims and containers keep running."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc is not None:
+            terminate(proc, timeout_s)
 
     def restart(self, timeout_s: float = 30.0) -> None:
         """A new containerd process over the same root and state (pods survive, NRI plugins are dropped)."""

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
+
+
+def terminate(proc: subprocess.Popen[Any], timeout_s: float) -> int:
+    """SIGTERM a child we started, SIGKILL it after `timeout_s`; return its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    return proc.returncode
 
 
 class Lifecycle:

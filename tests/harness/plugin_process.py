@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.harness.lifecycle import Lifecycle
+from tests.harness.lifecycle import Lifecycle, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUSHARE = ROOT / ".venv" / "bin" / "gpushare"
@@ -129,16 +128,7 @@ class PluginProcess(Lifecycle):
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         proc, self._proc = self._proc, None
-        rc = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
-            rc = proc.returncode
+        rc = terminate(proc, timeout_s) if proc is not None else None
         if self._reader is not None:
             self._reader.join(timeout=5)
             self._reader = None
