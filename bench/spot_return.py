@@ -42,7 +42,7 @@ from controller.procs import CgroupIndex, ContainerCgroup
 from controller.spot_runtime import CgroupKiller, KmodBridge, SpotRuntime
 from tests.harness.containerd import Containerd, find_install
 from tests.harness.cri import CriClient
-from tests.integration.spot.trees import CgroupTrees, skip_reason
+from tests.integration.spot.trees import CgroupTrees, skip_reason, tree_script
 from tests.integration.spot.world import agent_pass, spot_world
 
 SEED_HOLD_MS = 3000.0
@@ -50,7 +50,7 @@ GOAL_P99_MS = 100.0
 REAL = "nvidia.com/gpu"
 OWNER_PIDNS = 4026599999
 NOW = 1_000_000.0
-TREE = "trap '' TERM; sleep 300 & sleep 300 & sleep 300 & while :; do sleep 300 & sleep 0.01; done & wait"
+TREE = tree_script(3, forker=True)
 
 
 def percentile(values: list[float], pct: float) -> float:

@@ -33,9 +33,12 @@ def skip_reason() -> str:
     return ""
 
 
-def _script(children: int, forker: bool) -> str:
+def tree_script(children: int, forker: bool) -> str:
+    """The shell command of one tree (also run inside real containers by bench/spot_return.py)."""
     sleepers = " ".join(["sleep 300 &"] * children)
-    loop = "while :; do sleep 300 & sleep 0.01; done &" if forker else ""
+    # Forks a short-lived child every 10 ms: a fresh task may appear between a read and a kill,
+    # while the tree stays the same size however long it runs.
+    loop = "while :; do sleep 0.01; done &" if forker else ""
     # trap: a stray SIGTERM must not end the tree early; only SIGKILL is under test.
     return f"trap '' TERM; {sleepers} {loop} wait"
 
@@ -61,7 +64,7 @@ class CgroupTrees:
                 self.procs.append(
                     subprocess.Popen(
                         # The shell joins its cgroup before it starts any child.
-                        ["sh", "-c", "".join(f"echo $$ > {f}; " for f in files) + _script(children, forker)],
+                        ["sh", "-c", "".join(f"echo $$ > {f}; " for f in files) + tree_script(children, forker)],
                         start_new_session=True,
                     )
                 )
