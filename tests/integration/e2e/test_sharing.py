@@ -48,9 +48,7 @@ def test_dind_pod_sees_its_gpu_in_both_containers(e2e: Env) -> None:
 
 def test_eight_sharers_two_shadows_ninth_pending_then_idle_shadow_goes(e2e: Env) -> None:
     names = [f"sharer-{i}" for i in range(8)]
-    for n in names:
-        e2e.apply(sharer(n))
-    e2e.wait("8 sharers Running", lambda: _running(e2e, names), 90)
+    e2e.start_pods([sharer(n) for n in names])
 
     shadows = e2e.shadows()
     assert len(shadows) == 2, [s["metadata"]["name"] for s in shadows]
@@ -107,9 +105,7 @@ def test_eight_sharers_two_shadows_ninth_pending_then_idle_shadow_goes(e2e: Env)
 
 def test_shadow_deleted_by_hand_evicts_its_sharers_with_a_reason(e2e: Env) -> None:
     names = [f"victim-{i}" for i in range(2)]
-    for n in names:
-        e2e.apply(sharer(n))
-    e2e.wait("sharers Running", lambda: _running(e2e, names), 60)
+    e2e.start_pods([sharer(n) for n in names])
     (shadow,) = e2e.shadows()
     e2e.cluster.kubectl("delete", "pod", "-n", "gpushare-system", shadow["metadata"]["name"], "--wait=false")
 
@@ -128,9 +124,7 @@ def test_shadow_deleted_by_hand_evicts_its_sharers_with_a_reason(e2e: Env) -> No
 
 def test_kill9_and_restart_changes_nothing(e2e: Env) -> None:
     names = [f"steady-{i}" for i in range(3)]
-    for n in names:
-        e2e.apply(sharer(n))
-    e2e.wait("sharers Running", lambda: _running(e2e, names), 60)
+    e2e.start_pods([sharer(n) for n in names])
     e2e.wait("users recorded", lambda: sum(len(s["users"]) for s in e2e.agent.status()["shadows"]) == 3, 20)
     before = e2e.agent.status()
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in e2e.pods("default")}
