@@ -37,9 +37,10 @@ pytestmark = pytest.mark.skipif(not in_guest(), reason="runs inside the QEMU gue
 
 ENOTTY = errno.ENOTTY
 BACKENDS = ["native", "pyroute2"]
-# Under TCG a plain ioctl round trip through Python costs a few ms; "not held" means far
-# below any hold we set, "held" means at least the time we waited before releasing.
-NOT_HELD_S = 0.25
+# Under TCG a plain ioctl round trip through Python costs a few ms, but a busy 2-core host can
+# deschedule the guest for a while: "not held" means well below any hold we set (>= 2 s),
+# "held" means at least the time we waited before releasing.
+NOT_HELD_S = 0.8
 
 
 @pytest.fixture(params=BACKENDS)
@@ -114,21 +115,21 @@ def test_notice_once_right_inode_and_release_ends_the_stall(kmod: None, backend:
         assert [code for code, _ in results] == [ENOTTY] * 3
         stalls = [s for _, s in results]
         assert min(stalls) >= 0.45, stalls  # held until release...
-        assert max(stalls) < 3.0, stalls  # ...and not until max_block_ms (10 s)
+        assert max(stalls) < 5.0, stalls  # ...and not until max_block_ms (10 s)
         assert listener.next_notice(timeout_s=0.3) is None  # exactly one notice
         # Released: later GPU ioctls pass until the next detect.
         assert w.ioctl()[0][1] < NOT_HELD_S
 
 
 def test_timeout_path_without_release(backend: str) -> None:
-    with module_loaded(max_block_ms=1000), KmodClient(backend=backend) as client, worker() as w:
+    with module_loaded(max_block_ms=2000), KmodClient(backend=backend) as client, worker() as w:
         client.register()
         client.watch(w.pidns)
         w.ioctl_async()
         assert client.next_notice(timeout_s=10) == w.pidns
         ((code, stall),) = w.result()
         assert code == ENOTTY
-        assert 0.9 <= stall < 3.0, stall
+        assert 1.9 <= stall < 5.0, stall
         # A timed-out hold disarms: the next ioctl passes and no second notice comes.
         assert w.ioctl()[0][1] < NOT_HELD_S
         assert client.next_notice(timeout_s=0.2) is None
@@ -145,7 +146,7 @@ def test_undetect_stops_holding(kmod: None, backend: str) -> None:
         w.ioctl_async()
         assert client.next_notice(timeout_s=10) == w.pidns
         client.undetect(w.pidns)  # undetect also ends a hold
-        assert w.result()[0][1] < 3.0
+        assert w.result()[0][1] < 5.0
 
 
 def test_initial_namespace_other_types_and_unwatched_never_held(kmod: None) -> None:
@@ -163,7 +164,7 @@ def test_initial_namespace_other_types_and_unwatched_never_held(kmod: None) -> N
         watched.ioctl_async(GPU_TYPE)
         assert client.next_notice(timeout_s=10) == watched.pidns
         client.release(watched.pidns)
-        assert watched.result()[0][1] < 3.0
+        assert watched.result()[0][1] < 5.0
 
 
 def test_delete(kmod: None, backend: str) -> None:
@@ -183,7 +184,7 @@ def test_delete(kmod: None, backend: str) -> None:
         w.ioctl_async()
         assert client.next_notice(timeout_s=10) == w.pidns
         client.delete(w.pidns)
-        assert w.result()[0][1] < 3.0
+        assert w.result()[0][1] < 5.0
 
 
 def test_unload_with_listener_open_gives_the_clear_error(kmod: None, backend: str) -> None:
@@ -215,7 +216,7 @@ def test_closing_the_listener_releases_its_holds(kmod: None, backend: str) -> No
             listener.close()
         ((code, stall),) = w.result()
         assert code == ENOTTY
-        assert 0.25 <= stall < 3.0, stall
+        assert 0.25 <= stall < 5.0, stall
         assert "held ioctls released" in _dmesg()
         ctl.detect(w.pidns)  # no listener now: nothing is held (fail open)
         assert w.ioctl()[0][1] < NOT_HELD_S
