@@ -78,9 +78,10 @@ class SamePodSource:
 def _load_json(key: str, value: object) -> Any:
     if not isinstance(value, str):
         raise InstructionRefused(f"gpushare: annotation {key} must be a string, got {type(value).__name__}")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_ANNOTATION_BYTES:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_ANNOTATION_BYTES:
         raise InstructionRefused(
-            f"gpushare: annotation {key} is {len(value)} characters; the limit is {MAX_ANNOTATION_BYTES} bytes"
+            f"gpushare: annotation {key} is {size} bytes; the limit is {MAX_ANNOTATION_BYTES} bytes"
         )
     try:
         return json.loads(value)
@@ -191,8 +192,13 @@ def parse_same_pod_annotations(annotations: dict[str, str]) -> dict[str, SamePod
         target = key[len(prefix) :]
         if not _DNS_LABEL.match(target):
             raise InstructionRefused(f"gpushare: pod annotation {key!r:.120}: {target!r:.80} is not a container name")
-        if not isinstance(value, str) or len(value) > 512:
-            raise InstructionRefused(f"gpushare: pod annotation {key} must be a short string naming a container")
+        if not isinstance(value, str):
+            raise InstructionRefused(f"gpushare: pod annotation {key} must be a string naming a container")
+        if len(value) > 512:
+            raise InstructionRefused(
+                f"gpushare: pod annotation {key} is {len(value)} characters; it must name one container "
+                "(at most 512 characters)"
+            )
         source = value.strip()
         parts = source.split("/")
         if len(parts) == 3:

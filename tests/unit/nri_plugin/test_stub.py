@@ -39,6 +39,13 @@ class Running:
         self.thread = threading.Thread(target=self.stub.run, args=(self.stop,), name="gpushare-nri-run")
         self.thread.start()
 
+    def wait_connections(self, n: int, timeout_s: float = 5.0) -> int:
+        """The runtime sees Synchronize answered a moment before the stub counts the handshake."""
+        deadline = time.monotonic() + timeout_s
+        while self.stub.connections < n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.stub.connections
+
     def close(self) -> None:
         self.stop.set()
         self.thread.join(10)
@@ -144,7 +151,7 @@ def test_handshake_registers_name_index_and_mask(runtime: FakeRuntime, running: 
     assert runtime.registration is not None
     assert (runtime.registration.plugin_name, runtime.registration.plugin_idx) == ("gpushare", "10")
     assert runtime.configure_reply is not None and runtime.configure_reply.events == 0x40C
-    assert running.stub.connections == 1
+    assert running.wait_connections(1) == 1
 
 
 def test_dind_adjustment_then_refusal_keeps_plugin_connected(runtime: FakeRuntime, running: Running) -> None:
@@ -283,7 +290,7 @@ def test_reconnects_after_runtime_restart(runtime: FakeRuntime, running: Running
     time.sleep(0.2)
     runtime.listen()
     assert runtime.ready.wait(10), "stub did not reconnect"
-    assert running.stub.connections == 2
+    assert running.wait_connections(2) == 2
     assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
 
 
@@ -373,11 +380,11 @@ def test_garbage_from_the_runtime_drops_the_connection_and_the_stub_reconnects(
     runtime.ready.clear()
     runtime.send_raw(b"\x00\x00\x00\x00\x00\x00\x00\x04junk")  # mux frame for reserved conn id 0
     assert runtime.ready.wait(10), "stub did not reconnect after a protocol error"
-    assert running.stub.connections == 2
+    assert running.wait_connections(2) == 2
     assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
 
 
 def test_frames_for_unopened_connections_are_dropped(runtime: FakeRuntime, running: Running) -> None:
     runtime.send_raw(b"\x00\x00\x00\x07\x00\x00\x00\x03abc")  # conn 7: nobody listens there
     assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
-    assert running.stub.connections == 1
+    assert running.wait_connections(1) == 1
