@@ -12,7 +12,6 @@ must have stopped its own agent and fake GPU plugin first (one agent per node).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -32,17 +31,6 @@ from tests.integration.spot.env import (
 )
 
 SPOT = "gpushare/spot-gpu"
-
-
-def _status(env: SpotEnv) -> str:
-    out = subprocess.run(
-        [env.agent.argv[0], "status", "--config", str(env.agent.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return out.stdout + out.stderr
 
 
 def _spot_lines(text: str) -> str:
@@ -67,7 +55,7 @@ def run_act(env: SpotEnv, say: Callable[[str], None] = print) -> None:
     env.cluster.wait_pod_phase("batch", ["Running"], namespace="spot", timeout_s=60)
     devs = env.cluster.kubectl("exec", "-n", "spot", "batch", "--", "cat", "/tmp/devs").stdout.split()
     say(f"-- spot/batch is running on the borrowed GPU (sees /dev/{gpu}: {gpu in devs})")
-    say(_spot_lines(_status(env)))
+    say(_spot_lines(env.status_text()))
     say("-- the owner comes back: its pod uses the GPU again (utilization 60% by team/dev)")
     started = time.monotonic()
     env.write_metrics({g: 0.0 for g in GPUS} | {gpu: 60.0}, {gpu: ("team/dev",)})
@@ -76,7 +64,7 @@ def run_act(env: SpotEnv, say: Callable[[str], None] = print) -> None:
     say(f"-- team/dev is untouched: {env.cluster.pod('dev', 'team')['status']['phase']}")  # type: ignore[index]
     env.wait(f"{SPOT} allocatable 0", lambda: env.allocatable(SPOT) == "0", 30)
     say(f"-- {SPOT} allocatable is 0 again. gpushare status says why:")
-    say(_spot_lines(_status(env)))
+    say(_spot_lines(env.status_text()))
 
 
 def spot_act(cluster: Cluster, *, start_fake_gpus: bool = True) -> None:

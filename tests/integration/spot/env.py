@@ -7,6 +7,7 @@ Used by tests/integration/spot/conftest.py and hack/demo_spot.py.
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -58,6 +59,17 @@ class SpotEnv:
     def allocatable(self, resource: str) -> str | None:
         value: str | None = self.cluster.node()["status"]["allocatable"].get(resource)
         return value
+
+    def status_text(self) -> str:
+        """What `gpushare status` prints for the agent's node (its stdout; stderr appended on failure)."""
+        out = subprocess.run(
+            [self.agent.argv[0], "status", "--config", str(self.agent.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return out.stdout if out.returncode == 0 else out.stdout + out.stderr
 
     def events(self, pod: str, namespace: str) -> list[dict[str, Any]]:
         out = self.cluster.kubectl(

@@ -6,7 +6,6 @@ fake dcgm file so the owner's pod shows up using its GPU. Tests run in order and
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -117,15 +116,9 @@ def test_second_spot_pod_not_admitted_while_owner_busy(spot_env: SpotEnv) -> Non
 
 def test_gpushare_status_says_why(spot_env: SpotEnv) -> None:
     env = spot_env
-    res = subprocess.run(
-        [env.agent.argv[0], "status", "--config", str(env.agent.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert "SPOT  (returns seen by: utilization alone (gpukmod not loaded))" in res.stdout, res.stdout
-    assert "OwnerBack" in res.stdout, res.stdout
+    text = env.status_text()
+    assert "SPOT  (returns seen by: utilization alone (gpukmod not loaded))" in text, text
+    assert "OwnerBack" in text, text
 
 
 def test_agent_restart_while_lent_keeps_lending_without_false_eviction(spot_env: SpotEnv) -> None:
