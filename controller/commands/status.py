@@ -101,7 +101,8 @@ def render_text(doc: dict[str, Any]) -> str:
     advertised, allocated = doc.get("advertised") or {}, doc.get("allocated") or {}
     for r in sorted(set(advertised) | set(allocated)):
         if advertised.get(r, 0) or allocated.get(r, 0):
-            lines.append(f"{r:32} {advertised.get(r, 0):>10} {allocated.get(r, 0):>10}")
+            # "-": a vendor resource gpushare does not advertise itself (its own plugin does).
+            lines.append(f"{r:32} {advertised.get(r, '-'):>10} {allocated.get(r, 0):>10}")
     lines.append("")
     lines.append("SHADOWS")
     for s in doc.get("shadows") or []:
