@@ -30,10 +30,8 @@ sys.path.insert(0, str(REPO))
 from tests.harness.cluster import Cluster, running_cluster  # noqa: E402
 from tests.integration.e2e.agent_process import (  # noqa: E402
     FAKE_RESOURCE,
-    AgentProcess,
     FakeGpus,
-    agent_config,
-    free_port,
+    agent_for,
     pod_manifest,
     sharer,
 )
@@ -92,23 +90,9 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gs-bench", dir="/tmp"))
     with running_cluster() as c:
-        for m in ("00-namespace.yaml", "10-priorityclasses.yaml"):
-            c.kubectl("apply", "-f", str(REPO / "manifests" / m))
+        agent = agent_for(root, c, idle_s=600)
         gpus = FakeGpus(root, str(c.device_plugin_dir))
         gpus.start()
-        port = free_port()
-        cfg = root / "agent.yaml"
-        cfg.write_text(
-            agent_config(
-                root,
-                nri_socket=str(c.nri_socket),
-                plugin_dir=str(c.device_plugin_dir),
-                pod_resources=str(c.pod_resources_socket),
-                port=port,
-                idle_s=600,
-            )
-        )
-        agent = AgentProcess(root, cfg, str(c.kubeconfig), port)
         try:
             wait("fake GPUs", lambda: c.node()["status"]["allocatable"].get(FAKE_RESOURCE) == "2")
             agent.start()

@@ -146,6 +146,21 @@ class AgentProcess(Process):
         return doc
 
 
+def agent_for(root: Path, cluster: Any, idle_s: float) -> AgentProcess:
+    """The (not yet started) agent of a harness cluster: namespace and PriorityClasses applied, config written."""
+    for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
+        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    port = free_port()
+    config = root / "agent.yaml"
+    paths = {
+        "nri_socket": str(cluster.nri_socket),
+        "plugin_dir": str(cluster.device_plugin_dir),
+        "pod_resources": str(cluster.pod_resources_socket),
+    }
+    config.write_text(agent_config(root, port=port, idle_s=idle_s, **paths))
+    return AgentProcess(root, config, str(cluster.kubeconfig), port)
+
+
 class FakeGpus(Process):
     def __init__(self, root: Path, plugin_dir: str, count: int = 2) -> None:
         dev_dir = root / "dev"

@@ -24,8 +24,7 @@ from tests.integration.e2e.agent_process import (
     REPO,
     AgentProcess,
     FakeGpus,
-    agent_config,
-    free_port,
+    agent_for,
 )
 
 IDLE_TIMEOUT_S = 3.0
@@ -118,23 +117,9 @@ class Env:
 @pytest.fixture(scope="session")
 def env(cluster: Cluster) -> Iterator[Env]:  # noqa: F811
     root = Path(tempfile.mkdtemp(prefix="gs-e2e", dir="/tmp"))
-    for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
-        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    agent = agent_for(root, cluster, IDLE_TIMEOUT_S)
     gpus = FakeGpus(root, str(cluster.device_plugin_dir))
     gpus.start()
-    port = free_port()
-    config = root / "agent.yaml"
-    config.write_text(
-        agent_config(
-            root,
-            nri_socket=str(cluster.nri_socket),
-            plugin_dir=str(cluster.device_plugin_dir),
-            pod_resources=str(cluster.pod_resources_socket),
-            port=port,
-            idle_s=IDLE_TIMEOUT_S,
-        )
-    )
-    agent = AgentProcess(root, config, str(cluster.kubeconfig), port)
     e = Env(cluster, agent, gpus, root)
     try:
         e.wait(f"{FAKE_RESOURCE}=2 allocatable", lambda: e.allocatable().get(FAKE_RESOURCE) == "2", 30)
