@@ -33,6 +33,7 @@ from controller.model import PodRef
 from controller.procs import (
     CgroupIndex,
     ContainerCgroup,
+    ExitBoost,
     KillReport,
     kill_cgroups,
     pidns_inode,
@@ -52,6 +53,9 @@ RETURN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 # 16 borrowers took 68 ms p50 frozen vs 29 ms not, on 2 loaded cores); a cgroup still not
 # empty after this long is frozen before the next round.
 FREEZE_AFTER_S = 0.02
+# Killed tasks still listed this long after the signal are waiting for CPU: move them to the
+# highest-weight cpu cgroup (procs.ExitBoost) so they run their exit now.
+BOOST_AFTER_S = 0.002
 KMOD_RETRY_S = 30.0  # how often an absent module is looked for again (it may be loaded later)
 PIDNS_RETRY_S = 5.0  # how long a container whose cgroup was not found is not looked for again
 # Commands whose ENOENT means "already done": the id left the table (module reloaded, or it
@@ -433,8 +437,9 @@ class SpotRuntime:
         self._pass_signals: list[float] = []
         self._pidns: dict[str, int] = {}
         self._pidns_missing: dict[str, float] = {}
-        # (action, cgroups, return-signal time, time signalled, pids signalled so far)
-        self._reaping: list[tuple[KillContainers, list[ContainerCgroup], float | None, float, set[int]]] = []
+        # (action, cgroups, return-signal time, time signalled, pids signalled, pids CPU-boosted)
+        self._reaping: list[tuple[KillContainers, list[ContainerCgroup], float | None, float, set[int], set[int]]] = []
+        self.exit_boost = ExitBoost()
         self._reaper: threading.Thread | None = None
         self._reaped = threading.Event()
         self._killed: OrderedDict[PodRef, None] = OrderedDict()
@@ -528,7 +533,7 @@ class SpotRuntime:
                 self.counters.kills[action.reason] += 1
             is_return = is_first and action.reason == REASON_OWNER_BACK and bool(self._pass_signals)
             signal_at = min(self._pass_signals) if is_return else None
-            self._reaping.append((action, cgroups, signal_at, self._monotonic(), signalled))
+            self._reaping.append((action, cgroups, signal_at, self._monotonic(), signalled, set()))
             if self._reaper is None:
                 self._reaped.clear()
                 self._reaper = threading.Thread(target=self._reap, name="gpushare-spot-reaper", daemon=True)
@@ -544,7 +549,7 @@ class SpotRuntime:
                     return
             done: list[Any] = []
             for entry in batch:
-                action, cgroups, signal_at, signalled_at, signalled = entry
+                action, cgroups, signal_at, signalled_at, signalled, boosted = entry
                 listed = [(cg, cg.pids()) for cg in cgroups]
                 left = [cg for cg, pids in listed if pids]
                 now = self._monotonic()
@@ -557,7 +562,13 @@ class SpotRuntime:
                         wait_cgroups_empty(left, timeout_s=0.0)
                     except KillTimeout as exc:
                         log.error("spot: %s", exc, extra=kv(pod=action.ref.key, reason=action.reason))
-                elif any(p not in signalled for _, pids in listed for p in pids):
+                elif now - signalled_at > BOOST_AFTER_S and (
+                    slow := [p for _, pids in listed for p in pids if p in signalled and p not in boosted]
+                ):
+                    # Signalled but not yet gone: waiting for CPU behind their pod's weight.
+                    boosted.update(slow)
+                    self.exit_boost.move(slow)
+                if any(p not in signalled for _, pids in listed for p in pids):
                     # Tasks we never signalled: children forked between our read and our signal.
                     # Kill them; if forks still come after FREEZE_AFTER_S, freeze first so a fork
                     # loop cannot stay ahead. Tasks already signalled are only dying: wait.

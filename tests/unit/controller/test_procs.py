@@ -11,8 +11,10 @@ import pytest
 
 from controller.errors import KillTimeout, ProcessError
 from controller.procs import (
+    CGROUP_ROOT,
     CgroupIndex,
     ContainerCgroup,
+    ExitBoost,
     cgroup_of_pid,
     kill_cgroups,
     parse_proc_cgroup,
@@ -116,3 +118,21 @@ def test_stuck_task_raises_kill_timeout_naming_it() -> None:
         while trees.all_pids() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert trees.all_pids() == []  # the pending SIGKILL lands once thawed
+
+
+@needs_cgroups
+def test_exit_boost_moves_tasks_into_the_high_weight_cpu_cgroup() -> None:
+    boost = ExitBoost()
+    with CgroupTrees(1, children=1, forker=False) as trees:
+        pids = trees.all_pids()
+        assert boost.move([*pids, 999_999_999]) == len(pids)  # a pid that does not exist is skipped
+        for pid in pids:
+            assert parse_proc_cgroup(Path(f"/proc/{pid}/cgroup").read_text())["cpu"] == f"/{ExitBoost.NAME}"
+        # The task hierarchies that decide "dead" are untouched by the move.
+        assert sorted(trees.cgroups[0].pids()) == sorted(pids)
+        shares = Path(CGROUP_ROOT, "cpu", ExitBoost.NAME, "cpu.shares").read_text().strip()
+        assert shares == str(ExitBoost.MAX_SHARES)
+
+
+def test_exit_boost_without_a_cpu_hierarchy_does_nothing(tmp_path: Path) -> None:
+    assert ExitBoost(cgroup_root=str(tmp_path)).move([os.getpid()]) == 0
