@@ -97,3 +97,29 @@ def test_manifests_pass_server_side_dry_run(e2e: Env) -> None:
     assert res.returncode == 0, res.stderr
     assert "(server dry run)" in res.stdout
     assert "daemonset.apps/gpushare-agent" in res.stdout, res.stdout
+
+
+def test_rbac_grants_every_call_the_agent_makes(e2e: Env) -> None:
+    """The ServiceAccount of manifests/20-rbac.yaml may do exactly what controller/kube.py asks of the API."""
+    e2e.cluster.kubectl("apply", "-f", str(REPO / "manifests" / "20-rbac.yaml"))
+    sa = "system:serviceaccount:gpushare-system:gpushare-agent"
+    needed = [
+        ("list", "pods", "--all-namespaces"),
+        ("watch", "pods", "--all-namespaces"),
+        ("patch", "pods", "-n=default"),
+        ("delete", "pods", "-n=default"),
+        ("create", "pods", "-n=gpushare-system"),
+        ("create", "events", "-n=default"),
+        ("list", "namespaces", ""),
+        ("get", "leases.coordination.k8s.io", "-n=gpushare-system"),
+        ("create", "leases.coordination.k8s.io", "-n=gpushare-system"),
+        ("update", "leases.coordination.k8s.io", "-n=gpushare-system"),
+    ]
+    for verb, resource, scope in needed:
+        args = ["auth", "can-i", verb, resource, f"--as={sa}", *([scope] if scope else [])]
+        res = e2e.cluster.kubectl(*args, check=False)
+        assert res.stdout.strip() == "yes", (verb, resource, scope, res.stdout, res.stderr)
+    # Least privilege: no pods outside gpushare-system are created, no secrets are read.
+    for verb, resource, scope in [("create", "pods", "-n=default"), ("get", "secrets", "-n=default")]:
+        res = e2e.cluster.kubectl("auth", "can-i", verb, resource, f"--as={sa}", scope, check=False)
+        assert res.stdout.strip() == "no", (verb, resource, scope, res.stdout)
