@@ -7,6 +7,7 @@ DEMO_ROOT ?= /tmp/gs-demo
 demo: venv
 	$(MAKE) -s kube-deps >&2
 	$(PY) hack/demo.py up --root $(DEMO_ROOT)
+	$(MAKE) -s demo-spot
 
 demo-down: venv
 	$(PY) hack/demo.py down --root $(DEMO_ROOT)
