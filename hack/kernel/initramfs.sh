@@ -40,6 +40,7 @@ mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null || true
 # Optional writable share for results (run-guest.sh adds it when GS_GUEST_OUT is set).
 mkdir -p /host/run/gs-out && mount -t 9p -o trans=virtio,version=9p2000.L gsout /host/run/gs-out 2>/dev/null || true
 script="$(sed -n 's/.*gs\.script=\([^ ]*\).*/\1/p' /proc/cmdline)"
+echo "GS-BOOTED"  # the host retries a boot that dies before this line (not our code's fault)
 chroot /host /bin/sh "$script"
 echo "GS-EXIT=$?"
 poweroff -f

@@ -80,15 +80,21 @@ def test_gpukmod_in_qemu(release: str) -> None:
         out = work / "out"
         out.mkdir()
         script = _guest_script(work, v1, v2, _is_ibt(release))
-        proc = subprocess.run(
-            ["bash", str(REPO / "hack/kernel/run-guest.sh"), release, str(script), str(GUEST_TIMEOUT_S)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "GS_GUEST_OUT": str(out)},
-            check=False,
-        )
-        console = proc.stdout + proc.stderr
+        for _attempt in range(2):
+            proc = subprocess.run(
+                ["bash", str(REPO / "hack/kernel/run-guest.sh"), release, str(script), str(GUEST_TIMEOUT_S)],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "GS_GUEST_OUT": str(out)},
+                check=False,
+            )
+            console = proc.stdout + proc.stderr
+            # Only a boot that died before /init ran anything of ours is retried (TCG flake);
+            # a crash once the module is in play fails the test.
+            if "GS-BOOTED" in console:
+                break
+            print(f"[{release}] guest died while booting; retrying once:\n{console[-3000:]}")
         tail = console[-12000:]
         assert proc.returncode == 0, f"guest run on {release} failed (rc {proc.returncode}):\n{tail}"
         assert " passed" in console and " failed" not in console, tail
