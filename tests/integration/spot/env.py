@@ -7,6 +7,8 @@ Used by tests/integration/spot/conftest.py and hack/demo_spot.py.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -156,3 +158,5 @@ def spot_environment(cluster: Cluster, *, start_fake_gpus: bool = True) -> Itera
             cluster.kubectl("delete", "pods", "-n", ns, "--all", "--wait=true", "--timeout=60s", check=False)
         agent.stop()
         gpus.stop()
+        if not os.environ.get("GPUSHARE_KEEP_CLUSTER"):  # keep the agent log for a post-mortem on request
+            shutil.rmtree(root, ignore_errors=True)
