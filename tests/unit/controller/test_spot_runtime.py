@@ -4,6 +4,7 @@ the utilization watcher through the real file scrape path, the killer on real cg
 from __future__ import annotations
 
 import errno
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -251,3 +252,27 @@ def test_pidns_of_a_missing_container_is_not_looked_for_every_pass(tmp_path: Pat
     assert rt.pidns_of("abc") is None and "abc" not in index._cache  # within the pause: no walk
     clock[0] = 6.0
     assert rt.pidns_of("abc") is None and "abc" in index._cache  # looked for again, found, no task
+
+
+def test_a_borrower_that_outlives_the_bound_is_logged_and_the_owner_still_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A cgroup whose task list never empties (a static file naming a child we really kill):
+    # stands in for a task stuck in D state.
+    child = subprocess.Popen(["sleep", "30"])
+    (tmp_path / "freezer" / "stuck").mkdir(parents=True)
+    (tmp_path / "freezer" / "stuck" / "cgroup.procs").write_text(f"{child.pid}\n")
+    index = CgroupIndex(cgroup_root=str(tmp_path), hierarchy="freezer")
+    client = RecordingClient()
+    rt = SpotRuntime(None, KmodBridge(client_factory=lambda unit: client), CgroupKiller(index=index, timeout_s=0.1))
+    rt.bridge.start()
+    try:
+        rt.killer(KillContainers(PodRef("spot", "stuck", "u2"), ("stuck",), REASON_OWNER_BACK))
+        rt.kmod(KmodCommand("release", 77))  # waits for the reaper, which gives up after 0.1 s
+        assert client.calls == [("release", 77)]
+        assert "survived SIGKILL" in caplog.text and "spot/stuck" not in [p for p, _ in rt.dead]
+        assert child.wait(5) == -9  # the signal itself went out
+    finally:
+        child.kill()
+        child.wait()
+        rt.close()
