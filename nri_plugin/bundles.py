@@ -23,16 +23,16 @@ class BundleCache:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    def record(self, container: ContainerInfo) -> SourceRecord:
-        return record_of(container, self._visibility_env)
+    def record(self, container: ContainerInfo, *, recipient: bool = False) -> SourceRecord:
+        return record_of(container, self._visibility_env, recipient=recipient)
 
     def replace_all(self, pods: Iterable[PodInfo], containers: Iterable[ContainerInfo]) -> None:
         snap = build_snapshot(pods, containers, self._visibility_env)
         with self._lock:
             self._snapshot = snap
 
-    def add(self, pod: PodInfo, container: ContainerInfo | None = None) -> None:
-        record = self.record(container) if container is not None else None
+    def add(self, pod: PodInfo, container: ContainerInfo | None = None, *, recipient: bool = False) -> None:
+        record = self.record(container, recipient=recipient) if container is not None else None
         with self._lock:
             snap = self._snapshot.with_pod(pod)
             self._snapshot = snap.with_container(record) if record is not None else snap

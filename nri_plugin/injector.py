@@ -83,7 +83,8 @@ class Injector:
             raise
         added = decision.adjustment if decision is not None else Bundle()
         # Remember the container as it will be created, so it can itself be a source (chains).
-        self.cache.add(pod_info, convert.with_adjustment(info, added))
+        # A container we gave devices to is a recipient: it may be a same-pod source, never a holder.
+        self.cache.add(pod_info, convert.with_adjustment(info, added), recipient=decision is not None)
         took_ms = (time.perf_counter() - start) * 1000.0
         cpu_ms = (time.thread_time() - start_cpu) * 1000.0
         self._timings_ms.append(took_ms)

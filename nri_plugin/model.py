@@ -88,6 +88,9 @@ class SourceRecord:
     bundle: Bundle
     # One ID set per visibility variable (NVIDIA_VISIBLE_DEVICES=uuid1,uuid2 → {uuid1, uuid2}).
     visible_id_sets: tuple[frozenset[str], ...] = ()
+    # Given (part of) its bundle by us: a sharer, spot borrower or DinD target. It can still be a
+    # same-pod source, but never the *holder* of real IDs: kubelet allocated them to someone else.
+    is_recipient: bool = False
 
 
 def parse_env(entries: Iterable[str]) -> tuple[tuple[str, str], ...]:
@@ -100,7 +103,18 @@ def parse_env(entries: Iterable[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def record_of(container: ContainerInfo, visibility_env: Iterable[str]) -> SourceRecord:
+def is_recipient(container: ContainerInfo, pod: PodInfo | None) -> bool:
+    """Whether a container carries one of our instructions, so its devices came from another container.
+
+    Needed when the plugin learns containers from Synchronize after a restart: their env already
+    holds what we injected, and only the instruction tells a borrower from the owner.
+    """
+    if keys.ANNOTATION_DEVICES_FROM in container.annotations or keys.ANNOTATION_DEVICES_IDS in container.annotations:
+        return True
+    return pod is not None and keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + container.name in pod.annotations
+
+
+def record_of(container: ContainerInfo, visibility_env: Iterable[str], *, recipient: bool = False) -> SourceRecord:
     """Extract a container's bundle: all its devices (filtered at decision time, so refusals can
     name what was skipped), its visibility variables and its CDI annotations."""
     wanted = set(visibility_env)
@@ -117,6 +131,7 @@ def record_of(container: ContainerInfo, visibility_env: Iterable[str]) -> Source
         name=container.name,
         bundle=Bundle(container.devices, env, cdi),
         visible_id_sets=tuple(id_sets),
+        is_recipient=recipient,
     )
 
 
@@ -128,7 +143,9 @@ class Snapshot:
     containers: Mapping[str, SourceRecord] = field(default_factory=dict)
     _by_name: Mapping[tuple[str, str], str] = field(default_factory=dict)
     _pod_by_ref: Mapping[tuple[str, str], str] = field(default_factory=dict)
-    _by_ids: Mapping[frozenset[str], str] = field(default_factory=dict)
+    # Real-ID set -> every holder naming exactly it, oldest first. A list, not one slot: an owner
+    # restarting (new container id) overlaps its old container, and removing either must leave the other.
+    _by_ids: Mapping[frozenset[str], tuple[str, ...]] = field(default_factory=dict)
 
     # --- queries ---
     def pod_by_ref(self, namespace: str, name: str) -> PodInfo | None:
@@ -140,9 +157,12 @@ class Snapshot:
         return self.containers.get(cid) if cid is not None else None
 
     def holder_of(self, real_ids: frozenset[str]) -> SourceRecord | None:
-        """The container whose visibility variable names exactly these real IDs (latest wins)."""
-        cid = self._by_ids.get(real_ids)
-        return self.containers.get(cid) if cid is not None else None
+        """The container whose visibility variable names exactly these real IDs (latest wins).
+
+        Recipients of our injections are never holders (see ``SourceRecord.is_recipient``).
+        """
+        holders = self._by_ids.get(real_ids, ())
+        return self.containers.get(holders[-1]) if holders else None
 
     # --- updates (each returns a new snapshot) ---
     def with_pod(self, pod: PodInfo) -> Snapshot:
@@ -156,9 +176,7 @@ class Snapshot:
     def with_container(self, record: SourceRecord) -> Snapshot:
         containers = {**self.containers, record.container_id: record}
         by_name = {**self._by_name, (record.pod_id, record.name): record.container_id}
-        by_ids = dict(self._by_ids)
-        for ids in record.visible_id_sets:
-            by_ids[ids] = record.container_id
+        by_ids = _index_holders(self._by_ids, [record])
         return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
 
     def without_container(self, container_id: str) -> Snapshot:
@@ -168,7 +186,7 @@ class Snapshot:
         containers = {k: v for k, v in self.containers.items() if k != container_id}
         # A restarted container (same name, new id) keeps the name slot: only drop our own entries.
         by_name = {k: v for k, v in self._by_name.items() if v != container_id}
-        by_ids = {k: v for k, v in self._by_ids.items() if v != container_id}
+        by_ids = {k: rest for k, v in self._by_ids.items() if (rest := tuple(c for c in v if c != container_id))}
         return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
 
     def without_pod(self, pod_id: str) -> Snapshot:
@@ -188,11 +206,8 @@ def build_snapshot(
     """A fresh snapshot from a full listing (Synchronize), built in one pass."""
     vis = tuple(visibility_env)
     pod_map = {p.id: p for p in pods}
-    records = {c.id: record_of(c, vis) for c in containers}
-    by_ids: dict[frozenset[str], str] = {}
-    for r in records.values():
-        for ids in r.visible_id_sets:
-            by_ids[ids] = r.container_id
+    records = {c.id: record_of(c, vis, recipient=is_recipient(c, pod_map.get(c.pod_id))) for c in containers}
+    by_ids = _index_holders({}, records.values())
     return Snapshot(
         pods=pod_map,
         containers=records,
@@ -200,3 +215,16 @@ def build_snapshot(
         _pod_by_ref={(p.namespace, p.name): p.id for p in pod_map.values()},
         _by_ids=by_ids,
     )
+
+
+def _index_holders(
+    index: Mapping[frozenset[str], tuple[str, ...]], records: Iterable[SourceRecord]
+) -> dict[frozenset[str], tuple[str, ...]]:
+    out = dict(index)
+    for r in records:
+        if r.is_recipient:
+            continue
+        for ids in r.visible_id_sets:
+            held = tuple(c for c in out.get(ids, ()) if c != r.container_id)
+            out[ids] = (*held, r.container_id)
+    return out

@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from controller.procs import CgroupIndex
 from gpushare import keys
 from tests.integration.spot.env import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
@@ -148,11 +146,6 @@ def test_agent_restart_while_lent_keeps_lending_without_false_eviction(spot_env:
     env.cluster.kubectl("delete", "pod", "-n", "spot", "job3", "--wait=true", "--timeout=30s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NRI plugin bug (reported 17:03 UTC in the coordination notes): nri_plugin/model.py "
-    "Snapshot.without_container drops the owner's visible-ID entry when the borrower that overwrote it is removed",
-)
 def test_next_borrower_after_an_eviction_gets_the_device(spot_env: SpotEnv) -> None:
     env = spot_env
     gpu = lend(env, "owner3")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, parse_env, record_of
+from gpushare import keys
+from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, build_snapshot, parse_env, record_of
 
 VIS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 POD = PodInfo("p1", "pod", "ns")
@@ -52,3 +53,44 @@ def test_bundle_merge_keeps_first_and_parse_env() -> None:
     merged = a.merged(b)
     assert [d.major for d in merged.devices] == [195, 1] and merged.env == (("V", "1"), ("W", "3"))
     assert parse_env(["A=1", "B=x=y", "broken"]) == (("A", "1"), ("B", "x=y"))
+
+
+def test_a_recipient_never_becomes_the_holder_of_real_ids() -> None:
+    # The spot tier's case: the borrower was given the owner's NVIDIA_VISIBLE_DEVICES; removing the
+    # borrower must leave the owner as the holder so the next borrower can be served.
+    owner = _rec("owner", env=(("NVIDIA_VISIBLE_DEVICES", "fakegpu0"),))
+    borrower = record_of(
+        ContainerInfo("borrower", "p1", "job", env=(("NVIDIA_VISIBLE_DEVICES", "fakegpu0"),), devices=(GPU,)),
+        VIS,
+        recipient=True,
+    )
+    snap = Snapshot().with_pod(POD).with_container(owner).with_container(borrower)
+    ids = frozenset({"fakegpu0"})
+    assert snap.holder_of(ids) is not None and snap.holder_of(ids).container_id == "owner"  # type: ignore[union-attr]
+    after = snap.without_container("borrower")
+    assert after.holder_of(ids) is not None and after.holder_of(ids).container_id == "owner"  # type: ignore[union-attr]
+
+
+def test_removing_one_of_two_holders_keeps_the_other() -> None:
+    env = (("NVIDIA_VISIBLE_DEVICES", "fakegpu0"),)
+    snap = Snapshot().with_pod(POD).with_container(_rec("old", env=env)).with_container(_rec("new", env=env))
+    ids = frozenset({"fakegpu0"})
+    assert snap.without_container("new").holder_of(ids).container_id == "old"  # type: ignore[union-attr]
+    assert snap.without_container("old").holder_of(ids).container_id == "new"  # type: ignore[union-attr]
+
+
+def test_synchronize_marks_instruction_carriers_as_recipients() -> None:
+    env = (("NVIDIA_VISIBLE_DEVICES", "fakegpu0"),)
+    pod = PodInfo("p1", "pod", "ns", annotations={keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": "main"})
+    snap = build_snapshot(
+        [pod],
+        [
+            ContainerInfo("m", "p1", "main", env=env, devices=(GPU,)),
+            ContainerInfo("d", "p1", "dind", env=env, devices=(GPU,)),
+            ContainerInfo("s", "p1", "spot", env=env, annotations={keys.ANNOTATION_DEVICES_IDS: "{}"}),
+        ],
+        VIS,
+    )
+    assert snap.containers["d"].is_recipient and snap.containers["s"].is_recipient
+    assert not snap.containers["m"].is_recipient
+    assert snap.holder_of(frozenset({"fakegpu0"})).container_id == "m"  # type: ignore[union-attr]
