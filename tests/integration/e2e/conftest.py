@@ -114,7 +114,9 @@ class Env:
         return res
 
 
-@pytest.fixture(scope="session")
+# Package scope (the folder has an __init__.py for it): the agent and its fake GPUs must be gone
+# before later tiers register their own plugins on the same shared cluster.
+@pytest.fixture(scope="package")
 def env(cluster: Cluster) -> Iterator[Env]:  # noqa: F811
     root = Path(tempfile.mkdtemp(prefix="gs-e2e", dir="/tmp"))
     agent = agent_for(root, cluster, IDLE_TIMEOUT_S)

@@ -32,14 +32,30 @@ def cid_of(p: dict[str, Any]) -> str:
 
 
 def lend(env: SpotEnv, name: str = "owner") -> str:
-    """Owner running and idle for the window -> spot-gpu allocatable 1; returns the owner's GPU."""
+    """Owner running and idle for the window -> spot-gpu allocatable 1; returns the owner's GPU.
+
+    Every other GPU reads busy, so an owner left over from an earlier test cannot be lent too and
+    take the spot pod meant for this one.
+    """
     if pod(env, name, "team") is None:
         env.apply(owner_manifest(name))
     env.cluster.wait_pod_phase(name, ["Running"], namespace="team", timeout_s=60)
     gpu = owner_gpu(env, name)
-    env.write_metrics({g: 0.0 for g in GPUS})
+    env.write_metrics(others_busy(gpu))
+
+    def only_this_gpu_lendable() -> bool:
+        # "stolen" too: an earlier test may have left its borrower running on this owner's GPU.
+        lendable = {g["real_id"] for g in env.agent.status()["spot"] if g["state"] in ("away", "stolen")}
+        return lendable == {gpu}
+
+    # The node's allocatable may still count an earlier owner's GPU; the agent's own view is the truth.
+    env.wait(f"only {gpu} lendable", only_this_gpu_lendable, 30)
     env.wait("spot-gpu allocatable 1", lambda: env.allocatable(SPOT) == "1", 30)
     return gpu
+
+
+def others_busy(gpu: str, utilization_pct: float = 0.0) -> dict[str, float]:
+    return {g: 50.0 for g in GPUS} | {gpu: utilization_pct}
 
 
 def test_idle_owner_lends_and_spot_pod_sees_the_owners_device(spot_env: SpotEnv) -> None:
@@ -151,7 +167,7 @@ def test_next_borrower_after_an_eviction_gets_the_device(spot_env: SpotEnv) -> N
     gpu = lend(env, "owner3")
     env.apply(spot_manifest("job4"))
     env.cluster.wait_pod_phase("job4", ["Running"], namespace="spot", timeout_s=60)
-    env.write_metrics({g: 0.0 for g in GPUS} | {gpu: 60.0}, {gpu: ("team/owner3",)})
+    env.write_metrics(others_busy(gpu, 60.0), {gpu: ("team/owner3",)})
     env.wait("job4 deleted", lambda: pod(env, "job4", "spot") is None, 30)
     lend(env, "owner3")
     env.apply(spot_manifest("job5"))
