@@ -25,6 +25,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.harness.cluster import Binaries, cache_dir  # noqa: E402
 from tests.integration.e2e.agent_process import (  # noqa: E402
     FAKE_RESOURCE,
     GPUSHARE,
@@ -50,9 +51,8 @@ class Demo:
         self.root = root
         self.side = Path(f"{root}-agent")
         self.kubeconfig = root / "kubeconfig"
-        self.kubectl_bin = shutil.which("kubectl") or str(
-            Path(os.environ.get("GPUSHARE_CACHE", Path.home() / ".cache/gpushare")) / "kube/v1.34.4/bin/kubectl"
-        )
+        # The kubectl built with the cluster (same version), not whatever the machine has on PATH.
+        self.kubectl_bin = str(Binaries.find(cache_dir()).kubectl)
 
     # -- helpers -------------------------------------------------------------------------------
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:

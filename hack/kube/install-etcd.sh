@@ -10,6 +10,18 @@ CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}"
 APT="$CACHE/apt-trixie-kube"
 OUT="$CACHE/etcd"
 
+# The harness also needs openssl (certificates), iproute2 (pod netns) and util-linux (nsenter,
+# unshare, mount). Debian images ship them; a minimal one may not.
+missing=()
+command -v openssl >/dev/null || missing+=(openssl)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v nsenter >/dev/null || missing+=(util-linux)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "kube-deps: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm --no-install-recommends "${missing[@]}"
+fi
+
 if compgen -G "$OUT/*/usr/bin/etcd" >/dev/null; then
     echo "etcd: cached in $(dirname "$(compgen -G "$OUT/*/usr/bin/etcd" | head -1)")"
     exit 0
