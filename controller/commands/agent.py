@@ -15,10 +15,11 @@ from typing import Annotated
 import typer
 
 from controller.agent import Agent
+from controller.commands import load_config_or_exit
 from controller.commands.deviceplugins import _parse_spot_from
 from controller.spot_runtime import SpotRuntime
-from gpushare.config import effective_config, load_config, with_overrides
-from gpushare.errors import ConfigError, GpushareError
+from gpushare.config import effective_config, with_overrides
+from gpushare.errors import GpushareError
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,7 @@ def agent(
     ] = True,
 ) -> None:
     """Run the node agent until SIGTERM/SIGINT; one log line per decision."""
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+    cfg = load_config_or_exit(config)
     if not cfg.node_name:
         typer.echo("gpushare: nodeName is empty: set it in the config or the NODE_NAME variable", err=True)
         raise typer.Exit(2)

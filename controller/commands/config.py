@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from gpushare.config import effective_config, load_config
-from gpushare.errors import ConfigError
+from controller.commands import load_config_or_exit
+from gpushare.config import effective_config
 
 app = typer.Typer(no_args_is_help=True, help="Check or show the configuration file.")
 
@@ -17,20 +17,12 @@ app = typer.Typer(no_args_is_help=True, help="Check or show the configuration fi
 @app.command("check")
 def check(file: Annotated[Path, typer.Argument(help="YAML config file (version: v1)")]) -> None:
     """Validate FILE without touching sockets, files or modules; exit 1 listing every problem."""
-    try:
-        load_config(file)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from exc
+    load_config_or_exit(file, exit_code=1)
     typer.echo(f"{file}: ok")
 
 
 @app.command("show")
 def show(file: Annotated[Path | None, typer.Argument(help="YAML config file; defaults when omitted")] = None) -> None:
     """Print the effective configuration (file over defaults) as JSON."""
-    try:
-        cfg = load_config(file)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from exc
+    cfg = load_config_or_exit(file, exit_code=1)
     typer.echo(json.dumps(effective_config(cfg), indent=2))

@@ -15,9 +15,9 @@ from typing import Annotated
 
 import typer
 
+from controller.commands import load_config_or_exit
 from controller.podresources import PodResourcesClient
-from gpushare.config import effective_config, load_config
-from gpushare.errors import ConfigError
+from gpushare.config import effective_config
 from gpushare.log import kv
 from nri_plugin import Injector, NriError, Stub
 from nri_plugin.stub import ENV_PLUGIN_SOCKET
@@ -50,11 +50,7 @@ def run(
     ] = False,
 ) -> None:
     """Run the plugin until SIGTERM/SIGINT; one INFO line per decision."""
-    try:
-        cfg = load_config(config_file)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+    cfg = load_config_or_exit(config_file)
     if socket_path is not None:
         cfg = dataclasses.replace(cfg, nri=dataclasses.replace(cfg.nri, socket=socket_path))
     if pod_resources_socket is not None:

@@ -17,13 +17,14 @@ from typing import Annotated, Any
 
 import typer
 
+from controller.commands import load_config_or_exit
 from controller.kube import KubeClient
 from controller.loop import describe_node, unschedulable_message
 from controller.mapping import MappingCache
 from controller.model import build_snapshot
 from gpushare import keys
-from gpushare.config import Config, load_config
-from gpushare.errors import ConfigError, GpushareError
+from gpushare.config import Config
+from gpushare.errors import GpushareError
 
 
 def fetch_agent_status(listen: str, timeout_s: float = 3.0) -> dict[str, Any]:
@@ -155,11 +156,7 @@ def status(
     """Show NRI, device counts, shadows and their users, sharers and recent evictions."""
     if output not in ("text", "json"):
         raise typer.BadParameter(f"-o {output!r}: use text or json")
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+    cfg = load_config_or_exit(config)
     try:
         doc = fetch_agent_status(agent or cfg.metrics.listen)
     except (OSError, ValueError) as exc:
