@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.adapters import parse_metrics, parse_text
+from controller.metrics.adapters import parse_metrics, parse_text
 
 FAMILIES = [
     "DCGM_FI_DEV_GPU_UTIL",

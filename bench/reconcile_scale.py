@@ -28,10 +28,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.mapping import MappingCache
-from controller.model import PodResourcesEntry, build_snapshot, encode_owner_annotation, encode_users_annotation
-from controller.share_solver import plan_node_shares, plan_shadows
-from controller.spot_solver import IdleVerdict, KmodView, plan_spot
+from controller.core.mapping import MappingCache
+from controller.core.model import PodResourcesEntry, build_snapshot, encode_owner_annotation, encode_users_annotation
+from controller.core.share_solver import plan_node_shares, plan_shadows
+from controller.core.spot_solver import IdleVerdict, KmodView, plan_spot
 from gpushare import keys
 from gpushare.config import Config
 

@@ -37,9 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.actions import KillContainers, KmodCommand
-from controller.procs import CgroupIndex, ContainerCgroup
-from controller.spot_runtime import CgroupKiller, KmodBridge, SpotRuntime
+from controller.core.actions import KillContainers, KmodCommand
+from controller.spot.procs import CgroupIndex, ContainerCgroup
+from controller.spot.runtime import CgroupKiller, KmodBridge, SpotRuntime
 from tests.harness.containerd import Containerd, find_install
 from tests.harness.cri import CriClient
 from tests.integration.spot.trees import CgroupTrees, skip_reason, tree_script

@@ -22,12 +22,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from controller.kube import KubeClient, LeaseElector
+from controller.http_endpoint import Endpoint, LatencyHistogram
+from controller.io.kube import KubeClient, LeaseElector
+from controller.io.podresources import PodResourcesClient
+from controller.io.state import StateStore
 from controller.loop import ReconcileLoop, SpotHooks
-from controller.metrics_endpoint import Endpoint, LatencyHistogram
-from controller.podresources import PodResourcesClient
-from controller.spot_runtime import SpotRuntime
-from controller.state import StateStore
+from controller.spot.runtime import SpotRuntime
 from deviceplugins import PluginManager
 from gpushare.config import Config
 from gpushare.log import kv

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.actions import (
+from controller.core.actions import (
     Action,
     AnnotatePod,
     CreateShadow,
@@ -45,12 +45,12 @@ from controller.actions import (
     SetDevices,
     SetSpotHealth,
 )
-from controller.kube import CacheView, KubeClient, LeaseElector, PodCache
-from controller.mapping import MappingCache
-from controller.model import PodRef, PodResourcesEntry, ShareKey, Snapshot, build_snapshot
-from controller.share_solver import KeyDemand, ShadowPlan, plan_node_shares, plan_shadows
-from controller.spot_solver import GpuSpot, IdleVerdict, KmodView, plan_spot
-from controller.state import TIMER_SHADOW_EMPTY, TIMER_SPOT_BACK, StateStore
+from controller.core.mapping import MappingCache
+from controller.core.model import PodRef, PodResourcesEntry, ShareKey, Snapshot, build_snapshot
+from controller.core.share_solver import KeyDemand, ShadowPlan, plan_node_shares, plan_shadows
+from controller.core.spot_solver import GpuSpot, IdleVerdict, KmodView, plan_spot
+from controller.io.kube import CacheView, KubeClient, LeaseElector, PodCache
+from controller.io.state import TIMER_SHADOW_EMPTY, TIMER_SPOT_BACK, StateStore
 from deviceplugins import Device
 from gpushare import keys
 from gpushare.config import Config

@@ -1,6 +1,6 @@
 """What the plugin needs from outside to trust a cross-pod instruction (design §8).
 
-The controller implements these (``controller.podresources.PodResourcesClient`` is the
+The controller implements these (``controller.io.podresources.PodResourcesClient`` is the
 ``AllocationOracle``) and injects them; ``nri_plugin`` never imports the controller.
 """
 

@@ -17,7 +17,7 @@ import typer
 from controller.agent import Agent
 from controller.commands import load_config_or_exit
 from controller.commands.deviceplugins import _parse_spot_from
-from controller.spot_runtime import SpotRuntime
+from controller.spot.runtime import SpotRuntime
 from gpushare.config import effective_config, with_overrides
 from gpushare.errors import GpushareError
 from gpushare.log import kv

@@ -21,9 +21,9 @@ from typing import Annotated
 
 import typer
 
-from controller.adapters import AUTO, DeviceMetrics, ParseResult, adapter_names, get_adapter, parse_metrics
 from controller.errors import MetricsError
-from controller.scrape import read_source
+from controller.metrics.adapters import AUTO, DeviceMetrics, ParseResult, adapter_names, get_adapter, parse_metrics
+from controller.metrics.scrape import read_source
 from gpushare.config import parse_duration_s
 
 app = typer.Typer(no_args_is_help=True, help="Read GPU exporter metrics into the common per-device model.")

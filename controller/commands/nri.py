@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from controller.commands import load_config_or_exit
-from controller.podresources import PodResourcesClient
+from controller.io.podresources import PodResourcesClient
 from gpushare.config import effective_config
 from gpushare.log import kv
 from nri_plugin import Injector, NriError, Stub

@@ -18,10 +18,10 @@ from typing import Annotated, Any
 import typer
 
 from controller.commands import load_config_or_exit
-from controller.kube import KubeClient
+from controller.core.mapping import MappingCache
+from controller.core.model import build_snapshot
+from controller.io.kube import KubeClient
 from controller.loop import describe_node, unschedulable_message
-from controller.mapping import MappingCache
-from controller.model import build_snapshot
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.errors import GpushareError

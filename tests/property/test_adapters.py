@@ -8,9 +8,9 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.adapters import AUTO, ParseResult, adapter_names, get_adapter, parse_metrics, parse_text
-from controller.adapters.base import MEM_FREE, MEM_TOTAL, MEM_USED, POWER, UTIL, TableAdapter
-from tests.unit.controller.adapters.expected import EXPECTED, fixture_text
+from controller.metrics.adapters import AUTO, ParseResult, adapter_names, get_adapter, parse_metrics, parse_text
+from controller.metrics.adapters.base import MEM_FREE, MEM_TOTAL, MEM_USED, POWER, UTIL, TableAdapter
+from tests.unit.controller.metrics.adapters.expected import EXPECTED, fixture_text
 
 FIXTURES = sorted(EXPECTED)
 VENDORS = [AUTO, *adapter_names()]

@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.actions import CreateShadow
-from controller.mapping import MappingCache
-from controller.model import PodResourcesEntry, build_snapshot
-from controller.share_solver import plan_node_shares, plan_shadows
+from controller.core.actions import CreateShadow
+from controller.core.mapping import MappingCache
+from controller.core.model import PodResourcesEntry, build_snapshot
+from controller.core.share_solver import plan_node_shares, plan_shadows
 from gpushare import keys
 from gpushare.config import Config
 

@@ -20,7 +20,7 @@ EXPECTED = {
         "plan_install",
         "unload",
     ],
-    "controller.adapters": [
+    "controller.metrics.adapters": [
         "AUTO",
         "DeviceMetrics",
         "GpuAdapter",

@@ -100,7 +100,7 @@ def test_manifests_pass_server_side_dry_run(e2e: Env) -> None:
 
 
 def test_rbac_grants_every_call_the_agent_makes(e2e: Env) -> None:
-    """The ServiceAccount of manifests/20-rbac.yaml may do exactly what controller/kube.py asks of the API."""
+    """The ServiceAccount of manifests/20-rbac.yaml may do exactly what controller/io/kube.py asks of the API."""
     e2e.cluster.kubectl("apply", "-f", str(REPO / "manifests" / "20-rbac.yaml"))
     sa = "system:serviceaccount:gpushare-system:gpushare-agent"
     needed = [

@@ -1,6 +1,6 @@
-"""A real kube-apiserver (with its etcd) for controller.kube — the control plane only.
+"""A real kube-apiserver (with its etcd) for controller.io.kube — the control plane only.
 
-controller.kube needs the API server and nothing else (no scheduler, kubelet or containerd),
+controller.io.kube needs the API server and nothing else (no scheduler, kubelet or containerd),
 so this tier starts just etcd and kube-apiserver from the cluster harness's cached binaries,
 certificates and flags (tests/harness/cluster.py), in a private /tmp directory, on free ports,
 and stops them by PID. If the binaries are missing it skips, naming the build command.
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from controller.errors import KubeError
-from controller.kube import KubeClient
+from controller.io.kube import KubeClient
 from tests.harness.cluster import (
     Binaries,
     ClusterUnavailable,

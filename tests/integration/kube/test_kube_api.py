@@ -1,4 +1,4 @@
-"""controller.kube against a real kube-apiserver: pods, watches, events, the Lease, and error translation."""
+"""controller.io.kube against a real kube-apiserver: pods, watches, events, the Lease, and error translation."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from controller.core.model import PodRef, Pool, ShareKey, build_snapshot
+from controller.core.share_solver import build_shadow_manifest, shadow_name
 from controller.errors import ApiUnavailable, KubeError
-from controller.kube import KubeClient, LeaseElector, PodCache
-from controller.model import PodRef, Pool, ShareKey, build_snapshot
-from controller.share_solver import build_shadow_manifest, shadow_name
+from controller.io.kube import KubeClient, LeaseElector, PodCache
 from gpushare import keys
 from gpushare.config import Config
 from tests.integration.kube.conftest import ApiServer

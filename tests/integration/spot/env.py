@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.fake_metrics import FakeGpu, write_dcgm
+from controller.metrics.fake_exporter import FakeGpu, write_dcgm
 from gpushare import keys
 from tests.harness.cluster import Cluster
 from tests.integration.e2e.agent_process import (

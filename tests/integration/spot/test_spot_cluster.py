@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.procs import CgroupIndex
+from controller.spot.procs import CgroupIndex
 from gpushare import keys
 from tests.integration.spot.env import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.actions import KillContainers, KmodCommand
-from controller.mapping import MappingCache
-from controller.model import PodResourcesEntry, Snapshot, build_snapshot
-from controller.spot_runtime import SpotRuntime
-from controller.spot_solver import IdleVerdict, SpotPlan, plan_spot
+from controller.core.actions import KillContainers, KmodCommand
+from controller.core.mapping import MappingCache
+from controller.core.model import PodResourcesEntry, Snapshot, build_snapshot
+from controller.core.spot_solver import IdleVerdict, SpotPlan, plan_spot
+from controller.spot.runtime import SpotRuntime
 from gpushare import keys
 from gpushare.config import Config
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.model import PodResourcesEntry, Snapshot, build_snapshot, encode_users_annotation
+from controller.core.model import PodResourcesEntry, Snapshot, build_snapshot, encode_users_annotation
 from gpushare import keys
 from gpushare.config import Config
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from controller.actions import KmodCommand
-from controller.procs import CgroupIndex
-from controller.spot_runtime import CgroupKiller, KmodBridge, SpotRuntime
-from controller.spot_solver import SpotState
+from controller.core.actions import KmodCommand
+from controller.core.spot_solver import SpotState
+from controller.spot.procs import CgroupIndex
+from controller.spot.runtime import CgroupKiller, KmodBridge, SpotRuntime
 from tests.integration.kernel.guest.common import Worker, in_guest, module_loaded
 from tests.integration.spot.world import agent_pass, spot_world
 

@@ -1,0 +1,171 @@
+"""Who uses which virtual device of which shadow, and who borrows which real GPU.
+
+The mapping is never stored as truth (design §9): ``MappingCache.rebuild`` derives it,
+every pass and after any restart, from kubelet's PodResources rows and the pods alone,
+so the same inputs always give the same mapping. The annotations it asks the loop to
+write (users on the shadow, the owner on the sharer, design §3 via ``gpushare.keys``)
+are records for people, ``gpushare status`` and the leader's slot count — not inputs
+to this rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.core.actions import AnnotatePod
+from controller.core.model import (
+    PodFacts,
+    PodKey,
+    PodRef,
+    PodResourcesEntry,
+    ShadowPod,
+    SharePod,
+    encode_owner_annotation,
+    encode_users_annotation,
+)
+from gpushare import keys
+from gpushare.errors import InstructionRefused
+from gpushare.ids import parse_virtual_id
+
+
+@dataclass(frozen=True, order=True)
+class Holding:
+    """One sharer container's virtual IDs of one shadow."""
+
+    shadow_key: str  # "<ns>/<shadow name>"
+    sharer: PodRef
+    container: str
+    resource: str
+    virtual_ids: tuple[str, ...]
+
+    @property
+    def user(self) -> str:
+        return f"{self.sharer.key}/{self.container}"
+
+
+@dataclass(frozen=True, order=True)
+class Borrowing:
+    """One spot container holding ``spot-<real_id>`` (design §6, stolen)."""
+
+    real_id: str
+    borrower: PodRef
+    container: str
+
+
+@dataclass(frozen=True, order=True)
+class RealHolding:
+    """One container holding real GPUs of a vendor resource (an owner or a shadow)."""
+
+    pod: PodRef
+    container: str
+    resource: str
+    real_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MappingCache:
+    holdings: tuple[Holding, ...] = ()
+    borrowings: tuple[Borrowing, ...] = ()
+    real: tuple[RealHolding, ...] = ()
+    # Real IDs kubelet reports held by a pod missing from the pod cache: unknown, not free.
+    unresolved_real: frozenset[str] = frozenset()
+    # PodResources rows naming IDs we cannot read; listed so the loop can log them once.
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def rebuild(
+        cls,
+        entries: Iterable[PodResourcesEntry],
+        pods: Mapping[PodKey, PodFacts],
+        real_resources: Iterable[str],
+    ) -> MappingCache:
+        """Derive the mapping from PodResources rows, keeping only pods that exist and are not finished.
+
+        A row whose pod is missing from ``pods`` is ignored rather than guessed at: kubelet
+        frees devices lazily, and a pod we cannot name by uid is one we must not act on.
+        """
+        real_set = frozenset(real_resources)
+        holdings: list[Holding] = []
+        borrowings: list[Borrowing] = []
+        real: list[RealHolding] = []
+        problems: list[str] = []
+        unresolved: set[str] = set()
+        for e in entries:
+            facts = pods.get(e.pod_key)
+            if facts is None and e.resource in real_set:
+                unresolved.update(e.device_ids)
+            if facts is None or facts.is_terminal or not e.device_ids:
+                continue
+            if keys.parse_share_resource(e.resource) is not None:
+                by_shadow: dict[str, list[str]] = {}
+                for vid in e.device_ids:
+                    try:
+                        parsed = parse_virtual_id(vid)
+                    except InstructionRefused:
+                        problems.append(f"{e.pod_key}/{e.container}: {e.resource} device {vid!r} is not a virtual ID")
+                        continue
+                    by_shadow.setdefault(parsed.shadow_key, []).append(vid)
+                for shadow_key, vids in by_shadow.items():
+                    holdings.append(Holding(shadow_key, facts.ref, e.container, e.resource, tuple(sorted(vids))))
+            elif e.resource == keys.RESOURCE_SPOT_GPU:
+                for dev in e.device_ids:
+                    if dev.startswith(keys.SPOT_DEVICE_PREFIX):
+                        borrowings.append(Borrowing(dev[len(keys.SPOT_DEVICE_PREFIX) :], facts.ref, e.container))
+            elif e.resource in real_set:
+                real.append(RealHolding(facts.ref, e.container, e.resource, tuple(sorted(e.device_ids))))
+        return cls(
+            tuple(sorted(holdings)),
+            tuple(sorted(borrowings)),
+            tuple(sorted(real)),
+            frozenset(unresolved),
+            tuple(problems),
+        )
+
+    def users_of(self, shadow_key: str) -> dict[str, tuple[str, ...]]:
+        """``{"<ns>/<pod>/<container>": virtual IDs}`` of one shadow."""
+        return {h.user: h.virtual_ids for h in self.holdings if h.shadow_key == shadow_key}
+
+    def shadows_of(self, sharer_key: PodKey) -> frozenset[str]:
+        return frozenset(h.shadow_key for h in self.holdings if h.sharer.key == sharer_key)
+
+    def borrowers_of(self, real_id: str) -> tuple[Borrowing, ...]:
+        return tuple(b for b in self.borrowings if b.real_id == real_id)
+
+    def holder_of(self, real_id: str) -> RealHolding | None:
+        for h in self.real:
+            if real_id in h.real_ids:
+                return h
+        return None
+
+    def record_updates(self, shadows: Iterable[ShadowPod], sharers: Iterable[SharePod]) -> list[AnnotatePod]:
+        """Annotations to write so the records match the mapping; only those that differ.
+
+        Pass this node's shadows and sharers: each agent writes the records it can vouch for.
+        """
+        uid_by_key = {s.ref.key: s.ref.uid for s in shadows}
+        out: list[AnnotatePod] = []
+        for s in shadows:
+            if not s.facts.is_alive:
+                continue
+            users = self.users_of(s.ref.key)
+            out += _annotation_update(s.facts, keys.ANNOTATION_SHADOW_USERS, encode_users_annotation(users), users)
+        for sharer in sharers:
+            if not sharer.facts.is_alive:
+                continue
+            # Keep a recorded uid for a shadow this node no longer sees: the record is what
+            # lets a later pass tell "my shadow is gone" from "a namesake was created".
+            owner = {k: uid_by_key.get(k) or sharer.owner_shadows.get(k, "") for k in self.shadows_of(sharer.ref.key)}
+            out += _annotation_update(sharer.facts, keys.ANNOTATION_SHADOW_OWNER, encode_owner_annotation(owner), owner)
+        return out
+
+
+def _annotation_update(facts: PodFacts, key: str, encoded: str, content: Mapping[str, object]) -> list[AnnotatePod]:
+    current = facts.annotations.get(key)
+    wanted = encoded if content else None
+    if current == wanted:
+        return []
+    return [AnnotatePod(facts.ref, key, wanted)]
+
+
+__all__ = ["Borrowing", "Holding", "MappingCache", "RealHolding"]

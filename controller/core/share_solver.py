@@ -1,0 +1,303 @@
+"""Shadow demand, shadow idling, cascade eviction and the share plugins' device lists (design §3).
+
+Two entry points, both plain functions of a ``Snapshot``:
+
+- ``plan_shadows`` — cluster-wide, run only by the Lease holder: per pool x kind x N,
+  ``shortage = pending sharers + warm pool - free slots``, create ``ceil(shortage / N)``;
+  delete shadows empty for ``shadowIdleTimeout`` while the rest still cover demand and
+  the warm pool.
+- ``plan_node_shares`` — every agent, for its own node: the device list of each share
+  plugin, cascade eviction of sharers whose shadow is really gone, and the mapping records.
+
+Every rule and the definitions the design leaves open are in docs/controller.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.core.actions import (
+    REASON_SHADOW_DEMAND,
+    REASON_SHADOW_GONE,
+    REASON_SHADOW_IDLE,
+    REASON_WARM_POOL,
+    Action,
+    CreateShadow,
+    DeleteShadow,
+    Evict,
+    RecordEvent,
+    SetDevices,
+)
+from controller.core.mapping import MappingCache
+from controller.core.model import PodRef, Pool, ShadowPod, ShareKey, SharePod, Snapshot
+from gpushare import keys
+from gpushare.config import Config
+from gpushare.ids import virtual_ids_of
+
+REASON_UNKNOWN_SPEC = "UnknownShareSpec"
+REASON_UNKNOWN_POOL = "UnknownPoolResource"
+
+
+@dataclass(frozen=True)
+class KeyDemand:
+    """The numbers behind one pool x kind x N decision (also shown by ``gpushare status``)."""
+
+    key: ShareKey
+    shadows: int  # alive shadows (not being deleted)
+    free_slots: int
+    pending: int  # slots asked for by pending sharers
+    create: int
+    delete: int
+
+
+@dataclass(frozen=True)
+class ShadowPlan:
+    actions: tuple[Action, ...]
+    # Shadow uid -> when it was first seen without sharers; store it (state.py) and pass it back.
+    empty_since: Mapping[str, float]
+    demand: tuple[KeyDemand, ...] = field(default=())
+
+
+def shadow_name(key: ShareKey, ordinal: int) -> str:
+    """Deterministic but unique: a create repeated on a stale cache meets AlreadyExists, never a twin.
+
+    ``shadow-<kind>-<N>-<8 hex of the pool>-<ordinal>``; the pool hash keeps the name short
+    and DNS-safe whatever the resource and selector are.
+    """
+    digest = hashlib.sha256(str(key.pool).encode()).hexdigest()[:8]
+    return f"shadow-{key.kind}-{key.spec}-{digest}-{ordinal}"
+
+
+def build_shadow_manifest(key: ShareKey, name: str, cfg: Config) -> dict[str, Any]:
+    """The shadow pod (API JSON): labels of §3, one sleeping ``main`` asking for one real GPU."""
+    one_gpu = {key.pool.resource: "1"}
+    spec: dict[str, Any] = {
+        "priorityClassName": cfg.shadow_priority_class,
+        "restartPolicy": "Always",
+        # The holder does nothing but exist: no token, no links, quick to stop.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 5,
+        # GPU nodes are commonly tainted with the vendor resource name (what the
+        # ExtendedResourceToleration admission plugin would add for us).
+        "tolerations": [{"key": key.pool.resource, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            {
+                "name": keys.SHADOW_CONTAINER,
+                "image": cfg.shadow_image,
+                "resources": {"requests": dict(one_gpu), "limits": dict(one_gpu)},
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+            }
+        ],
+    }
+    if key.pool.node_selector:
+        spec["nodeSelector"] = dict(key.pool.node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": keys.SHADOW_NAMESPACE,
+            "labels": {
+                keys.LABEL_ROLE: keys.ROLE_SHADOW,
+                keys.LABEL_SHARE_SPEC: str(key.spec),
+                keys.LABEL_SHARE_KIND: key.kind,
+            },
+        },
+        "spec": spec,
+    }
+
+
+def _configured_specs(cfg: Config) -> set[tuple[str, int]]:
+    return {(keys.KIND_SHARE, n) for n in cfg.share_specs} | {(keys.KIND_SHARE_DEV, n) for n in cfg.dev_share_specs}
+
+
+def _used_slots(snapshot: Snapshot) -> dict[str, int]:
+    """Slots used per alive shadow uid: its users record, plus bound sharers not yet recorded.
+
+    A sharer bound to a node but absent from every shadow's users record has just been
+    allocated (the node agent has not written the record yet); it is counted against the
+    shadows of its kind and N on its node, filling them in name order, so a shadow is never
+    seen empty (and deleted) in the moment a sharer takes it.
+    """
+    used = {s.ref.uid: s.used_slots for s in snapshot.shadows if s.facts.is_alive}
+    recorded = {user.rsplit("/", 1)[0] for s in snapshot.shadows for user in s.users}
+    by_node: dict[tuple[str, str, int], list[ShadowPod]] = {}
+    for s in snapshot.shadows:
+        if s.facts.is_alive and s.node_name:
+            by_node.setdefault((s.node_name, s.key.kind, s.key.spec), []).append(s)
+    for sharer in snapshot.sharers:
+        if not sharer.holds_slots or sharer.ref.key in recorded:
+            continue
+        remaining = sharer.quantity
+        for s in by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), []):
+            take = min(remaining, max(0, s.key.spec - used[s.ref.uid]))
+            used[s.ref.uid] += take
+            remaining -= take
+            if remaining == 0:
+                break
+    return used
+
+
+def _taken_ordinals(snapshot: Snapshot, key: ShareKey) -> set[int]:
+    """Ordinals in use by any shadow of this key, or still named by a sharer's owner record."""
+    prefix = shadow_name(key, 0)[:-1]
+    names = {s.ref.name for s in snapshot.shadows}
+    names |= {k.split("/", 1)[-1] for sharer in snapshot.sharers for k in sharer.owner_shadows}
+    return {int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()}
+
+
+def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float]) -> ShadowPlan:
+    """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows."""
+    configured = _configured_specs(cfg)
+    real_resources = set(cfg.real_resources)
+    used = _used_slots(snapshot)
+    actions: list[Action] = []
+    new_empty: dict[str, float] = {}
+    demand: list[KeyDemand] = []
+
+    shadows_by_key: dict[ShareKey, list[ShadowPod]] = {}
+    for s in snapshot.shadows:
+        if s.facts.is_alive:
+            shadows_by_key.setdefault(s.key, []).append(s)
+    pending_by_key: dict[ShareKey, list[SharePod]] = {}
+    for sharer in snapshot.sharers:
+        if sharer.is_pending:
+            pending_by_key.setdefault(sharer.key, []).append(sharer)
+
+    # The warm pool applies to every served spec of the default pool, and to any key in use.
+    warm_keys = (
+        {ShareKey(Pool(cfg.real_resources[0]), kind, n) for kind, n in configured} if cfg.warm_shadows else set()
+    )
+    for key in sorted(set(shadows_by_key) | set(pending_by_key) | warm_keys):
+        pending = pending_by_key.get(key, [])
+        alive = sorted(shadows_by_key.get(key, []), key=lambda s: s.ref)
+        is_served = (key.kind, key.spec) in configured and key.pool.resource in real_resources
+        if not is_served:
+            # No new shadow; the ones left from an earlier config still idle out.
+            actions += _refuse_unknown(key, pending, cfg)
+            pending = []
+            if not alive:
+                continue
+        n = key.spec
+        free = sum(max(0, n - used[s.ref.uid]) for s in alive)
+        asked = sum(p.quantity for p in pending)
+        target = asked + (cfg.warm_shadows * n if is_served else 0)
+        shortage = target - free
+        create = -(-shortage // n) if shortage > 0 else 0  # exact integer ceil
+        if create:
+            reason = REASON_SHADOW_DEMAND if asked > free else REASON_WARM_POOL
+            taken = _taken_ordinals(snapshot, key)
+            ordinal = 0
+            for _ in range(create):
+                while ordinal in taken:
+                    ordinal += 1
+                taken.add(ordinal)
+                name = shadow_name(key, ordinal)
+                actions.append(CreateShadow(key, name, build_shadow_manifest(key, name, cfg), reason))
+
+        # Idle clocks: a shadow first seen empty (also right after a restart) only starts its clock.
+        idle: list[tuple[float, PodRef]] = []
+        for s in alive:
+            if used[s.ref.uid] == 0:
+                since = empty_since.get(s.ref.uid, now)
+                new_empty[s.ref.uid] = since
+                if now - since >= cfg.shadow_idle_timeout_s:
+                    idle.append((since, s.ref))
+        deleted = 0
+        for _since, ref in sorted(idle):  # the longest-idle first
+            if free - n < target:
+                break
+            actions.append(DeleteShadow(ref, REASON_SHADOW_IDLE))
+            free -= n
+            deleted += 1
+        demand.append(KeyDemand(key, len(alive), free + deleted * n, asked, create, deleted))
+    return ShadowPlan(tuple(actions), new_empty, tuple(demand))
+
+
+def _refuse_unknown(key: ShareKey, pending: Iterable[SharePod], cfg: Config) -> list[Action]:
+    """A sharer asking for a spec or pool we do not serve gets a Warning instead of a shadow."""
+    if key.pool.resource not in cfg.real_resources:
+        reason = REASON_UNKNOWN_POOL
+        why = (
+            f"gpushare: pool resource {key.pool.resource!r} (annotation {keys.ANNOTATION_POOL_RESOURCE}) is not one "
+            f"of realResources {list(cfg.real_resources)}; no shadow will be created for it"
+        )
+    else:
+        reason = REASON_UNKNOWN_SPEC
+        why = (
+            f"gpushare: {key.resource} is not served here (shareSpecs {list(cfg.share_specs)}, devShareSpecs "
+            f"{list(cfg.dev_share_specs)}); no shadow will be created for it"
+        )
+    return [RecordEvent(p.ref, reason, why, "Warning") for p in pending]
+
+
+def shadow_is_gone(snapshot: Snapshot, shadow_key: str, uid: str | None) -> bool:
+    """True only when the API says so: never from mere absence in a cache that may be stale.
+
+    Gone means: the shadow (by uid when recorded) is being deleted or has finished; or a
+    watch reported it deleted; or the name now belongs to another uid; or it is absent
+    from a full LIST taken since the last pass (``snapshot.shadow_list_fresh``).
+    """
+    namesakes = [s for s in snapshot.shadows if s.ref.key == shadow_key]
+    ours = [s for s in namesakes if uid is None or s.ref.uid == uid]
+    if ours:
+        return not ours[0].facts.is_alive
+    if any(d.key == shadow_key and (uid is None or d.uid == uid) for d in snapshot.deleted_shadows):
+        return True
+    if namesakes:  # uid recorded, and the name now belongs to a different pod
+        return True
+    return snapshot.shadow_list_fresh
+
+
+def plan_node_shares(snapshot: Snapshot, mapping: MappingCache, cfg: Config) -> list[Action]:
+    """This node's share plugins' device lists, cascade evictions and mapping records."""
+    node = snapshot.node_name
+    actions: list[Action] = []
+    shadows_here = snapshot.shadows_on(node)
+    for kind, n in sorted(_configured_specs(cfg)):
+        ids = [
+            vid
+            for s in shadows_here
+            if s.is_running and (s.key.kind, s.key.spec) == (kind, n)
+            for vid in virtual_ids_of(s.ref.namespace, s.ref.name, n)
+        ]
+        actions.append(SetDevices(keys.share_resource(kind, n), tuple(sorted(ids))))
+
+    sharers_here = {s.ref.key: s for s in snapshot.sharers_on(node)}
+    gone_by_sharer: dict[PodRef, list[str]] = {}
+    for h in mapping.holdings:
+        sharer = sharers_here.get(h.sharer.key)
+        if sharer is None or sharer.facts.is_terminating:
+            continue
+        uid = sharer.owner_shadows.get(h.shadow_key) or None
+        if shadow_is_gone(snapshot, h.shadow_key, uid):
+            gone_by_sharer.setdefault(sharer.ref, []).append(h.shadow_key)
+    for ref, gone in sorted(gone_by_sharer.items()):
+        names = ", ".join(sorted(set(gone)))
+        actions.append(
+            Evict(
+                ref,
+                REASON_SHADOW_GONE,
+                f"gpushare: shadow pod {names} that held this pod's GPU is gone; evicting so the pod is "
+                "recreated on a live shadow (design §3)",
+            )
+        )
+    actions += mapping.record_updates(shadows_here, sharers_here.values())
+    return actions
+
+
+__all__ = [
+    "REASON_UNKNOWN_POOL",
+    "REASON_UNKNOWN_SPEC",
+    "KeyDemand",
+    "ShadowPlan",
+    "build_shadow_manifest",
+    "plan_node_shares",
+    "plan_shadows",
+    "shadow_is_gone",
+    "shadow_name",
+]

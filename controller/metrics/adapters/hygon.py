@@ -1,0 +1,43 @@
+"""Hygon DCU dcu-exporter (``gpu-metrics.md`` §3.3): physical DCUs and virtual DCUs (vDCU)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+from controller.metrics.adapters.base import MEM_TOTAL, MEM_USED, POWER, UTIL, Draft, Rule, TableAdapter, register
+from controller.metrics.adapters.model import DeviceMetrics
+
+
+@register
+class HygonAdapter(TableAdapter):
+    name = "hygon"
+    exporter = "dcu-exporter (Project-HAMi/dcu-exporter), port 16080"
+    rules: ClassVar[Mapping[str, Rule]] = {
+        "dcu_utilizationrate": Rule(UTIL),
+        "dcu_usedmemory_bytes": Rule(MEM_USED),
+        "dcu_memorycap_bytes": Rule(MEM_TOTAL),
+        "dcu_power_usage": Rule(POWER),
+        # A vDCU series carries vdcu_minor_number and becomes its own sub-device record.
+        "vdcu_utilizationrate": Rule(UTIL),
+        "vdcu_usedmemory_bytes": Rule(MEM_USED),
+    }
+    # device_id is a board serial, not a UUID.
+    uuid_labels = ()
+    serial_labels = ("device_id",)
+    index_labels = ("minor_number",)
+    model_labels = ("name",)
+    pci_labels = ("pcieBus_number",)
+
+    def sub_device(self, labels: Mapping[str, str]) -> str | None:
+        vdcu = labels.get("vdcu_minor_number")
+        return f"vdcu{vdcu}" if vdcu else None
+
+    def finish(self, draft: Draft) -> DeviceMetrics:
+        device = self.build(draft)
+        if draft.sub_device is not None and device.memory_total_bytes is None:
+            cap = draft.labels.get("vdcu_memory_cap", "")
+            if cap.isascii() and cap.isdigit():
+                device = dataclasses.replace(device, memory_total_bytes=int(cap))
+        return device

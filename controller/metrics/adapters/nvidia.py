@@ -1,0 +1,61 @@
+"""NVIDIA dcgm-exporter (``gpu-metrics.md`` §3.1): both label generations, MIG, blank sentinels."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import ClassVar
+
+from controller.metrics.adapters.base import (
+    MEM_FREE,
+    MEM_RESERVED,
+    MEM_TOTAL,
+    MEM_USED,
+    MIB,
+    POWER,
+    UTIL,
+    Rule,
+    TableAdapter,
+    register,
+)
+
+# DCGM's "blank" values (dcgm_fields.h): int32 blanks are 0x7ffffff0..0x7fffffff, int64 blanks
+# start at 0x7ffffffffffffff0, fp64 blanks at 2**47. None is a plausible reading of any field.
+DCGM_INT32_BLANK = 0x7FFFFFF0
+DCGM_INT32_MAX = 0x7FFFFFFF
+DCGM_INT64_BLANK = float(0x7FFFFFFFFFFFFFF0)
+DCGM_FP64_BLANK = float(2**47)
+
+
+@register
+class NvidiaAdapter(TableAdapter):
+    name = "nvidia"
+    exporter = "dcgm-exporter (NVIDIA/dcgm-exporter), port 9400"
+    rules: ClassVar[Mapping[str, Rule]] = {
+        "DCGM_FI_DEV_GPU_UTIL": Rule(UTIL),
+        # MIG instances (and some Hopper setups) have no GPU_UTIL: the engine-active ratio is next best.
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Rule(UTIL, scale=100.0, rank=1),
+        "DCGM_FI_DEV_FB_USED": Rule(MEM_USED, MIB),
+        "DCGM_FI_DEV_FB_TOTAL": Rule(MEM_TOTAL, MIB),
+        "DCGM_FI_DEV_FB_FREE": Rule(MEM_FREE, MIB),
+        "DCGM_FI_DEV_FB_RESERVED": Rule(MEM_RESERVED, MIB),
+        "DCGM_FI_DEV_POWER_USAGE": Rule(POWER),
+    }
+    uuid_labels = ("UUID", "uuid")  # "uuid" with --use-old-namespace
+    index_labels = ("gpu",)
+    model_labels = ("modelName",)
+    pci_labels = ("pci_bus_id",)
+
+    def metric_key(self, name: str, prefix: str) -> str | None:
+        # Some relabelling setups lower-case the families (dcgm_fi_dev_gpu_util).
+        upper = name.upper()
+        return upper if upper in self.rules else None
+
+    def claims(self, metric_names: Collection[str]) -> bool:
+        return any(name[:8].upper() == "DCGM_FI_" for name in metric_names)
+
+    def sub_device(self, labels: Mapping[str, str]) -> str | None:
+        instance = labels.get("GPU_I_ID")
+        return f"mig{instance}" if instance else None
+
+    def is_sentinel(self, raw: float) -> bool:
+        return DCGM_INT32_BLANK <= raw <= DCGM_INT32_MAX or raw >= DCGM_FP64_BLANK

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.core.model import (
+    PodRef,
+    Pool,
+    ShareKey,
+    encode_owner_annotation,
+    encode_users_annotation,
+    parse_owner_annotation,
+    parse_pod,
+    parse_users_annotation,
+)
+from controller.errors import InvalidObject
+from gpushare import keys
+from gpushare.config import Config
+from tests.unit.controller.podmaker import NODE, pod, shadow, sharer, snap
+
+
+def test_to_dict_and_api_json_spellings_read_the_same() -> None:
+    args: dict[str, Any] = {
+        "node": NODE,
+        "phase": "Running",
+        "selector": {"zone": "a"},
+        "requests": {"gpushare/share-gpu-4": 1, "cpu": "100m"},
+        "container_ids": {"app": "abc123"},
+        "deleting": True,
+    }
+    snake, camel = parse_pod(pod("p", **args)), parse_pod(pod("p", camel=True, **args))
+    assert snake == camel
+    assert snake.node_name == NODE and snake.is_terminating and snake.node_selector == (("zone", "a"),)
+    assert snake.containers[0].container_id == "abc123"  # the runtime scheme is stripped
+    assert snake.containers[0].resources == (("gpushare/share-gpu-4", 1),)  # cpu is not a device
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda p: p["metadata"].pop("uid"), "lacks metadata.namespace, name or uid"),
+        (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update({"nvidia.com/gpu": "0.5"}), "0.5"),
+        (lambda p: p["metadata"].update(labels={"a": 1}), "metadata.labels"),
+        (lambda p: p["spec"]["containers"][0].pop("name"), "has no name"),
+        (lambda p: p["spec"].update(containers=True), "spec.containers must be a list of objects"),
+        (lambda p: p.update(status="Running"), "status must be an object"),
+        (lambda p: p["spec"]["containers"][0].update(resources={"limits": [1]}), "resources.limits must be an object"),
+    ],
+)
+def test_unreadable_pod_is_refused_with_its_name_and_field(mutate: object, needle: str) -> None:
+    raw = pod("broken")
+    mutate(raw)  # type: ignore[operator]
+    with pytest.raises(InvalidObject, match="gpushare: ") as err:
+        parse_pod(raw)
+    assert needle in str(err.value)
+
+
+def test_one_bad_pod_is_skipped_and_listed_the_rest_still_count() -> None:
+    bad = sharer("bad")
+    bad["spec"]["containers"][0]["resources"]["requests"]["gpushare/share-gpu-4"] = "1.5"
+    s = snap([bad, sharer("good")])
+    assert [x.ref.name for x in s.sharers] == ["good"]
+    assert len(s.problems) == 1 and "default/bad" in s.problems[0] and "1.5" in s.problems[0]
+    assert "default/bad" not in s.pods
+
+
+def test_shadow_needs_its_namespace_and_label_a_tenant_cannot_pose_as_one() -> None:
+    fake = shadow("fake")
+    fake["metadata"]["namespace"] = "tenant"
+    s = snap([shadow("real"), fake])
+    assert [x.ref.key for x in s.shadows] == ["gpushare-system/real"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "requests", "needle"),
+    [
+        ({keys.LABEL_ROLE: keys.ROLE_SHADOW}, {"nvidia.com/gpu": 1}, "both labels are required"),
+        (
+            {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "4", keys.LABEL_SHARE_KIND: "share"},
+            {"nvidia.com/gpu": 1, "amd.com/gpu": 1},
+            "exactly one real GPU",
+        ),
+    ],
+)
+def test_malformed_shadow_is_a_problem_not_a_shadow(
+    labels: dict[str, str], requests: dict[str, int], needle: str
+) -> None:
+    s = snap([pod("s", keys.SHADOW_NAMESPACE, labels=labels, requests=requests)])
+    assert s.shadows == () and needle in s.problems[0]
+
+
+def test_shadow_key_users_and_running() -> None:
+    users = {"default/a/app": ["gpushare-system/s-0"], "default/b/app": ["gpushare-system/s-1"]}
+    s = snap([shadow("s", 4, kind=keys.KIND_SHARE_DEV, users=users, selector={"zone": "a"})]).shadows[0]
+    assert s.key == ShareKey(Pool("nvidia.com/gpu", (("zone", "a"),)), keys.KIND_SHARE_DEV, 4)
+    assert s.used_slots == 2 and s.is_running
+    assert not snap([shadow("t", phase="Pending", node="")]).shadows[0].is_running
+    assert not snap([shadow("u", deleting=True)]).shadows[0].is_running
+
+
+@pytest.mark.parametrize(
+    ("kw", "pending", "holds"),
+    [
+        ({}, True, False),  # unscheduled: waiting for a slot
+        ({"gated": True}, False, False),  # the scheduler will not try it yet
+        ({"deleting": True}, False, False),
+        ({"node": NODE, "phase": "Pending"}, False, True),  # bound, not started: holds its slot
+        ({"node": NODE, "phase": "Running"}, False, True),
+        ({"node": NODE, "phase": "Failed"}, False, False),  # rejected at admission: holds nothing
+    ],
+)
+def test_pending_sharer_recognition(kw: dict[str, object], pending: bool, holds: bool) -> None:
+    s = snap([sharer("p", **kw)]).sharers[0]  # type: ignore[arg-type]
+    assert (s.is_pending, s.holds_slots) == (pending, holds)
+
+
+def test_sharer_pool_default_annotation_and_selector() -> None:
+    cfg = Config(node_name=NODE, real_resources=("nvidia.com/gpu", "amd.com/gpu"))
+    plain = snap([sharer("a", 2)], cfg).sharers[0]
+    assert plain.key == ShareKey(Pool("nvidia.com/gpu"), keys.KIND_SHARE, 2) and plain.quantity == 1
+    amd = snap([sharer("b", annotations={keys.ANNOTATION_POOL_RESOURCE: "amd.com/gpu"}, selector={"m": "x"})], cfg)
+    assert amd.sharers[0].key.pool == Pool("amd.com/gpu", (("m", "x"),))
+    assert str(amd.sharers[0].key.pool) == "amd.com/gpu{m=x}"
+
+
+def test_sharer_asking_two_share_specs_is_refused() -> None:
+    s = snap([pod("two", requests={"gpushare/share-gpu-2": 1, "gpushare/share-gpu-4": 1})])
+    assert s.sharers == () and "exactly one share spec" in s.problems[0]
+
+
+def test_spot_pods_and_owners_are_told_apart() -> None:
+    s = snap(
+        [
+            pod("spot", requests={keys.RESOURCE_SPOT_GPU: 1}, container_ids={"app": "c1"}),
+            pod("owner", requests={"nvidia.com/gpu": 1}),
+        ]
+    )
+    assert [p.ref.name for p in s.spot_pods] == ["spot"] and s.spot_pods[0].container_ids == ("c1",)
+    assert set(s.pods) == {"default/spot", "default/owner"}
+
+
+def test_mapping_annotations_round_trip_and_damage_reads_as_no_record() -> None:
+    users = {"ns/p/c": ["gpushare-system/s-1", "gpushare-system/s-0"]}
+    assert parse_users_annotation(encode_users_annotation(users)) == {
+        "ns/p/c": ("gpushare-system/s-0", "gpushare-system/s-1")
+    }
+    owner = {"gpushare-system/s": "uid-1"}
+    assert parse_owner_annotation(encode_owner_annotation(owner)) == owner
+    for damaged in ("{", "[1]", '{"a": 3}', ""):
+        assert parse_users_annotation(damaged) == {}
+        assert parse_owner_annotation(damaged) == {}
+
+
+def test_pod_ref_key() -> None:
+    assert PodRef("ns", "p", "u").key == "ns/p" == str(PodRef("ns", "p", "u"))

@@ -1,0 +1,176 @@
+"""One reconcile pass with in-memory peers: what the loop applies, in which order, and what it refuses to do."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from controller.core.model import PodRef
+from controller.errors import ApiUnavailable
+from controller.io.kube import WatchEvent
+from controller.loop import ReconcileLoop
+from gpushare.config import load_config
+from gpushare.errors import GpushareError
+from tests.unit.controller.test_loop_helpers import pod, shadow
+
+CFG = load_config(text="version: v1\nnodeName: n1\nrealResources: [example.com/gpu]\nshareSpecs: [4]\n")
+
+
+class FakeClient:
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.calls: list[tuple[Any, ...]] = []
+
+    def list_pods(self, **sel: Any) -> tuple[list[dict[str, Any]], str]:
+        field = sel.get("field_selector") or ""
+        out = self.pods
+        if field.startswith("spec.nodeName=n1"):
+            out = [p for p in out if p["spec"]["nodeName"] == "n1"]
+        elif field.startswith("spec.nodeName=,"):
+            out = [p for p in out if not p["spec"]["nodeName"]]
+        if sel.get("namespace"):
+            out = [p for p in out if p["metadata"]["namespace"] == sel["namespace"]]
+        return list(out), "1"
+
+    def create_pod(self, manifest: Any) -> bool:
+        self.calls.append(("create", manifest["metadata"]["name"]))
+        return True
+
+    def delete_pod(self, ref: PodRef, **_: Any) -> bool:
+        self.calls.append(("delete", ref.key))
+        return True
+
+    def patch_pod_annotations(self, ref: PodRef, ann: Any) -> bool:
+        self.calls.append(("annotate", ref.key, tuple(ann)))
+        return True
+
+    def record_event(self, ref: PodRef, reason: str, message: str, **_: Any) -> None:
+        self.calls.append(("event", ref.key, reason))
+
+    def namespaces_with_label(self, _sel: str) -> list[str]:
+        return []
+
+
+class FakePlugins:
+    def __init__(self) -> None:
+        self.set: list[tuple[str, tuple[str, ...]]] = []
+
+    def set_devices(self, resource: str, devices: Any) -> None:
+        self.set.append((resource, tuple(d.id for d in devices)))
+
+    def set_spot_health(self, real_id: str, healthy: bool) -> None: ...
+    def set_spot_lent(self, real_ids: Any) -> None: ...
+
+    def real_devices(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {r: {"devices": len(ids), "healthy": len(ids), "registered": True} for r, ids in self.set}
+
+
+class FakePodResources:
+    def __init__(self, rows: list[tuple[str, str, str, str, list[str]]], fail: bool = False) -> None:
+        self.rows, self.fail = rows, fail
+
+    def list(self) -> list[Any]:
+        if self.fail:
+            raise GpushareError("gpushare: kubelet pod-resources List failed (UNAVAILABLE)")
+        dev = SimpleNamespace
+        return [
+            dev(namespace=ns, name=name, containers=[dev(name=c, devices=[dev(resource_name=r, device_ids=ids)])])
+            for ns, name, c, r, ids in self.rows
+        ]
+
+
+class NotLeader:
+    duration_s = 15
+
+    def is_leader(self) -> bool:
+        return False
+
+
+def make_loop(
+    pods: list[dict[str, Any]], rows: list[Any] | None = None, *, leader: bool = True, pr_fail: bool = False
+) -> tuple[ReconcileLoop, FakeClient, FakePlugins]:
+    client, plugins = FakeClient(pods), FakePlugins()
+    loop = ReconcileLoop(
+        CFG,
+        client=client,  # type: ignore[arg-type]
+        plugins=plugins,
+        podresources=FakePodResources(rows or [], fail=pr_fail),
+        elector=None if leader else NotLeader(),  # type: ignore[arg-type]
+    )
+    # What start() would do, without threads: one LIST per cache.
+    for cache in (loop._node, loop._pending, loop._shadows):
+        cache.relist()
+    loop._cluster_started = True
+    return loop, client, plugins
+
+
+SHARER = {"gpushare/share-gpu-4": "1"}
+
+
+def test_a_pending_sharer_gets_a_shadow_only_from_the_leader() -> None:
+    loop, client, _ = make_loop([pod("web", limits=SHARER)])
+    report = loop.tick()
+    assert [c for c in client.calls if c[0] == "create"] == [("create", "shadow-share-4-eec9fd00-0")]
+    assert report.is_leader and [(d.pending, d.create) for d in report.demand] == [(1, 1)]
+
+    loop, client, _ = make_loop([pod("web", limits=SHARER)], leader=False)
+    assert not loop.tick().is_leader
+    assert not [c for c in client.calls if c[0] == "create"]
+
+
+def test_devices_are_pushed_once_and_records_written() -> None:
+    pods = [
+        shadow("s", node="n1", phase="Running"),
+        pod("web", node="n1", phase="Running", limits=SHARER),
+    ]
+    rows = [
+        ("gpushare-system", "s", "main", "example.com/gpu", ["g0"]),
+        ("default", "web", "main", "gpushare/share-gpu-4", ["gpushare-system/s-0"]),
+    ]
+    loop, client, plugins = make_loop(pods, rows)
+    report = loop.tick()
+    pushed = dict(plugins.set)
+    assert pushed["gpushare/share-gpu-4"] == tuple(f"gpushare-system/s-{i}" for i in range(4))
+    assert all(ids == () for r, ids in pushed.items() if r != "gpushare/share-gpu-4")  # every served list, once
+    assert ("annotate", "gpushare-system/s", ("gpushare.k8s.io/shadow-users",)) in client.calls
+    assert ("annotate", "default/web", ("gpushare.k8s.io/shadow-owner",)) in client.calls
+    assert [(s.pod, s.gpu, s.users) for s in report.shadows] == [("gpushare-system/s", ("g0",), ("default/web/main",))]
+    before = len(plugins.set)
+    loop.tick()
+    assert len(plugins.set) == before  # level-triggered, applied idempotently
+
+
+def test_a_deleted_shadow_evicts_its_sharer_with_an_event() -> None:
+    pods = [shadow("s", node="n1", phase="Running"), pod("web", node="n1", phase="Running", limits=SHARER)]
+    rows = [("default", "web", "main", "gpushare/share-gpu-4", ["gpushare-system/s-0"])]
+    loop, client, _ = make_loop(pods, rows)
+    loop.tick()
+    loop._node.apply(WatchEvent("DELETED", pods[0]))
+    report = loop.tick()
+    assert ("delete", "default/web") in client.calls and ("event", "default/web", "ShadowGone") in client.calls
+    assert client.calls.index(("delete", "default/web")) < client.calls.index(("event", "default/web", "ShadowGone"))
+    assert report.evictions_total == {"ShadowGone": 1} and report.evictions[0].pod == "default/web"
+
+
+def test_without_pod_resources_nothing_on_the_node_is_touched() -> None:
+    pods = [shadow("s", node="n1", phase="Running"), pod("web", node="n1", phase="Running", limits=SHARER)]
+    loop, client, plugins = make_loop(pods, pr_fail=True)
+    loop._node.apply(WatchEvent("DELETED", pods[0]))
+    report = loop.tick()
+    assert not report.pod_resources_ok and "pod-resources" in report.error
+    assert plugins.set == [] and not [c for c in client.calls if c[0] in ("delete", "annotate")]
+
+
+def test_a_failing_action_does_not_stop_the_pass() -> None:
+    loop, client, _ = make_loop([pod("a", limits=SHARER), pod("b", limits={"gpushare/share-gpu-7": "1"})])
+
+    def refuse(_manifest: Any) -> bool:
+        raise ApiUnavailable("gpushare: the API server did not answer", 1.0)
+
+    client.create_pod = refuse  # type: ignore[method-assign,assignment]
+    loop.tick()
+    # The create failed; the Warning for the unserved spec still went out.
+    assert ("event", "default/b", "UnknownShareSpec") in client.calls
