@@ -1,6 +1,6 @@
 """The node agent: the reconcile loop, the device plugins, the NRI plugin and the HTTP endpoint in one process.
 
-One ``threading.Event`` stops everything (style.md §2.7); only the CLI installs signal
+One ``threading.Event`` stops everything; only the CLI installs signal
 handlers and sets it. Start order follows what each part needs from the one before:
 
 1. the device plugins (kubelet must see share-gpu-N before any sharer can be placed);
@@ -22,11 +22,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from controller.http_endpoint import Endpoint, LatencyHistogram
-from controller.io.kube import KubeClient, LeaseElector
+from controller.http_endpoint import Endpoint
+from controller.io.kube_client import KubeClient
+from controller.io.lease import LeaseElector
 from controller.io.podresources import PodResourcesClient
 from controller.io.state import StateStore
-from controller.loop import ReconcileLoop, SpotHooks
+from controller.loop import ReconcileLoop
+from controller.metrics.exposition import AgentMetrics
 from controller.spot.runtime import SpotRuntime
 from deviceplugins import PluginManager
 from gpushare.config import Config
@@ -45,9 +47,7 @@ class Agent:
         *,
         kubeconfig: str | None = None,
         spot_sources: Mapping[str, str] | None = None,
-        spot: SpotHooks | None = None,
         spot_runtime: SpotRuntime | None = None,
-        listen: str | None = None,
         period_s: float = 2.0,
         use_lease: bool = True,
         stop: threading.Event | None = None,
@@ -61,18 +61,13 @@ class Agent:
         StateStore(cfg.state_dir).close()
         self.plugins = PluginManager.from_config(cfg, spot_sources=spot_sources, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
-        self.nri_latency = LatencyHistogram()
-        self.injector = Injector(
-            cfg, oracle=self.podresources, on_decision=lambda kind, *_a: self._on_nri_decision(kind, _a[-1])
-        )
+        self.injector = Injector(cfg, oracle=self.podresources, on_decision=self._on_nri_decision)
         self.stub = Stub(
             self.injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index
         )
         elector = LeaseElector(self.client, holder=cfg.node_name) if use_lease else None
-        # Spot (issue 8): the runtime's threads wake the loop on a kernel notice or an idle-state change.
+        # Spot: the runtime's threads wake the loop on a kernel notice or an idle-state change.
         self.spot_runtime = spot_runtime
-        if spot_runtime is not None and spot is None:
-            spot = spot_runtime.hooks()
         self.loop = ReconcileLoop(
             cfg,
             client=self.client,
@@ -80,24 +75,28 @@ class Agent:
             podresources=self.podresources,
             state_dir=cfg.state_dir,
             elector=elector,
-            spot=spot,
+            spot=spot_runtime.hooks() if spot_runtime is not None else None,
             period_s=period_s,
         )
+        self.metrics = AgentMetrics(
+            self.loop.last_report,
+            nri_connected=self.nri_connected,
+            collectors=[spot_runtime.counters] if spot_runtime is not None else [],
+        )
         self.endpoint = Endpoint(
-            listen or cfg.metrics.listen,
+            cfg.metrics.listen,
             report=self.loop.last_report,
             status=self.status,
-            nri_connected=self.nri_connected,
-            nri_latency=self.nri_latency,
+            metrics=self.metrics.render,
             max_age_s=max(30.0, 10 * period_s),
-            extra_metrics=spot_runtime.metrics_lines if spot_runtime is not None else list,
         )
         if spot_runtime is not None:
             spot_runtime.wake_target = self.loop.wake
         self._nri_thread = threading.Thread(target=self.stub.run, args=(self.stop,), name="gpushare-nri-run")
 
-    def _on_nri_decision(self, kind: str, took_ms: Any) -> None:
-        self.nri_latency.observe(kind, float(took_ms) / 1000.0)
+    def _on_nri_decision(self, kind: str, *details: Any) -> None:
+        """The injector's callback (kind, pod, container, decision, took_ms): only the latency is kept."""
+        self.metrics.observe_nri_decision(kind, float(details[-1]) / 1000.0)
 
     def nri_connected(self) -> bool:
         return self.stub.connections > 0 and not self.stub.wait_closed(0)

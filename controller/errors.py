@@ -2,7 +2,7 @@
 
 GpushareError
 └── ControllerError
-    ├── RetryLater(delay_s)     a transient failure; the loop retries the step after delay_s
+    ├── RetryLater              a transient failure: the same step may succeed when tried again
     ├── KubeError               the API server refused or could not be reached
     │   ├── ResourceExpired     a watch or list resourceVersion is too old (410): list again
     │   └── ApiUnavailable      unreachable, timed out, 429 or 5xx (also a RetryLater)
@@ -23,11 +23,7 @@ class ControllerError(GpushareError):
 
 
 class RetryLater(ControllerError):
-    """Transient: try the same step again after ``delay_s`` (kopf's TemporaryError)."""
-
-    def __init__(self, message: str, delay_s: float = 5.0) -> None:
-        super().__init__(message)
-        self.delay_s = delay_s
+    """Transient: the same step may succeed when tried again (kopf's TemporaryError)."""
 
 
 class KubeError(ControllerError):

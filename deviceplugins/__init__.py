@@ -18,14 +18,14 @@ from deviceplugins.errors import (
 from deviceplugins.fake import create_fake_gpu_nodes
 from deviceplugins.manager import PluginManager
 from deviceplugins.plugins import FakeGpuPlugin, SharePlugin, SpotPlugin
-from deviceplugins.policies import Allocation, Device, DeviceNode, Shadow, parse_static_shadow
+from deviceplugins.policies import AdvertisedDevice, Allocation, DeviceMount, ShadowSlots, parse_static_shadow
 from deviceplugins.server import DevicePluginServer
 from deviceplugins.vendor import PluginSnapshot, VendorWatch, read_plugin
 
 __all__ = [
+    "AdvertisedDevice",
     "Allocation",
-    "Device",
-    "DeviceNode",
+    "DeviceMount",
     "DevicePluginError",
     "DevicePluginServer",
     "DevicesRefused",
@@ -35,7 +35,7 @@ __all__ = [
     "PluginManager",
     "PluginSnapshot",
     "RegistrationFailed",
-    "Shadow",
+    "ShadowSlots",
     "SharePlugin",
     "SocketError",
     "SpotPlugin",

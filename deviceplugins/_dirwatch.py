@@ -2,7 +2,7 @@
 
 Events are only *hints* that wake the manager's watch thread early: it then re-reads the
 truth (``stat`` of kubelet.sock and of every plugin socket), so a missed, merged or
-reordered event costs at most one check interval (style.md trap 3). When inotify is not
+reordered event costs at most one check interval (docs/architecture.md: trust state, not events). When inotify is not
 available (or the directory itself is removed and recreated) the watcher re-arms itself on
 the next check, and the stat check alone still works.
 """

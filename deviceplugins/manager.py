@@ -7,10 +7,11 @@ Threads (all named ``gpushare-dp-<job>``, all joined by ``stop``):
   requested or the manager stops. A failed run is retried with back-off (0.1 s doubling to
   ``retry_max_s``), and is retried at once when kubelet.sock appears.
 - ``gpushare-dp-watch``: detects a kubelet restart from the truth, not from one event
-  (style.md trap 3): every ``check_interval_s``, and at once on any inotify event in the
-  directory, it compares kubelet.sock's identity (inode, ctime) with the one each plugin
-  registered against, and checks that each plugin's own socket is still its own. Either
-  change restarts that plugin, which re-serves and re-registers.
+  (a plugin that trusts one inotify event can sit registered with 0 devices): every
+  ``check_interval_s``, and at once on any inotify event in the directory, it compares
+  kubelet.sock's identity (inode, ctime) with the one each plugin registered against, and
+  checks that each plugin's own socket is still its own. Either change restarts that
+  plugin, which re-serves and re-registers.
 - kubelet ending a plugin's ListAndWatch (the last stream of a run) restarts that plugin
   too: kubelet has dropped it and will not come back unless we register again.
 - ``gpushare-dp-vendor-<resource>``: spot's clients of the vendor plugins (``vendor.py``).
@@ -32,7 +33,7 @@ from deviceplugins import policies
 from deviceplugins._dirwatch import DirWatch
 from deviceplugins.errors import DevicePluginError, SocketReplaced
 from deviceplugins.plugins import SharePlugin, SpotPlugin
-from deviceplugins.policies import Device, Shadow
+from deviceplugins.policies import AdvertisedDevice, ShadowSlots
 from deviceplugins.server import KUBELET_SOCKET_NAME, DevicePluginServer, socket_identity
 from deviceplugins.vendor import VendorWatch
 from gpushare import keys
@@ -126,7 +127,7 @@ class _Runner:
                 self.last_error = str(exc)
                 delay = self._back_off(delay)
                 continue
-            except Exception:  # top of a thread loop (style.md §2.4): log, clean up, back off
+            except Exception:  # top of a thread loop: log, clean up, back off
                 log.exception("plugin run crashed; restarting", extra=kv(resource=self.plugin.resource))
                 delay = self._back_off(delay)
                 continue
@@ -196,7 +197,7 @@ class PluginManager:
         self._plugins = {p.resource: p for p in plugins}
         self._runners = [_Runner(p, self) for p in plugins]
         self._lock = threading.Lock()
-        self._shadows: tuple[Shadow, ...] = ()
+        self._shadows: tuple[ShadowSlots, ...] = ()
         self._registered_cond = threading.Condition()
         self._wake_r, self._wake_w = -1, -1
         self._watch_thread: threading.Thread | None = None
@@ -257,11 +258,11 @@ class PluginManager:
                 f"gpushare: {resource!r} is not served by this manager (serving: {', '.join(self.resources)})"
             ) from None
 
-    def set_devices(self, resource: str, devices: Iterable[Device]) -> None:
+    def set_devices(self, resource: str, devices: Iterable[AdvertisedDevice]) -> None:
         """Replace one resource's whole device list; ListAndWatch pushes it at once."""
         self.plugin(resource).set_devices(devices)
 
-    def set_shadows(self, shadows: Iterable[Shadow]) -> None:
+    def set_shadows(self, shadows: Iterable[ShadowSlots]) -> None:
         """The running shadow pods of this node (the whole set); every share list is recomputed.
 
         Refuses the whole set with ``InvalidShadow`` (nothing changes) if any shadow is bad.
@@ -274,18 +275,7 @@ class PluginManager:
             for p in share_plugins:
                 p.set_devices(policies.share_devices(new, p.resource))
 
-    def set_shadow_health(self, shadow_key: str, healthy: bool) -> None:
-        """Open or close one shadow's slots to new sharers (``<ns>/<name>``)."""
-        with self._lock:
-            if shadow_key not in {s.key for s in self._shadows}:
-                raise DevicePluginError(f"gpushare: no shadow {shadow_key!r} was handed in with set_shadows")
-            shadows = [
-                Shadow(s.namespace, s.name, s.spec, s.kind, healthy) if s.key == shadow_key else s
-                for s in self._shadows
-            ]
-        self.set_shadows(shadows)
-
-    def shadows(self) -> tuple[Shadow, ...]:
+    def shadows(self) -> tuple[ShadowSlots, ...]:
         with self._lock:
             return self._shadows
 
@@ -302,7 +292,7 @@ class PluginManager:
         """Real IDs currently lent to spot pods: GetPreferredAllocation puts them last."""
         self._spot_plugin().set_lent(real_ids)
 
-    def set_real_devices(self, real_resource: str, devices: Iterable[Device]) -> None:
+    def set_real_devices(self, real_resource: str, devices: Iterable[AdvertisedDevice]) -> None:
         """Feed spot's real devices directly (when no vendor socket is followed)."""
         self._spot_plugin().set_real_devices(real_resource, devices)
 

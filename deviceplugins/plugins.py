@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from deviceplugins import policies
-from deviceplugins.policies import Allocation, Device
+from deviceplugins.policies import AdvertisedDevice, Allocation
 from deviceplugins.server import DevicePluginServer
 from gpushare import keys
+from gpushare.ids import format_spot_id
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,12 @@ class SpotPlugin(DevicePluginServer):
     def __init__(self, plugin_dir: str, **kwargs: Any) -> None:
         super().__init__(keys.RESOURCE_SPOT_GPU, plugin_dir, preferred_allocation=True, **kwargs)
         self._state_lock = threading.Lock()
-        self._real: dict[str, tuple[Device, ...]] = {}
+        self._real: dict[str, tuple[AdvertisedDevice, ...]] = {}
         self._health: dict[str, bool] = {}
         self._lent: frozenset[str] = frozenset()
         self._owner: Mapping[str, str] = {}
 
-    def set_real_devices(self, real_resource: str, devices: Iterable[Device]) -> None:
+    def set_real_devices(self, real_resource: str, devices: Iterable[AdvertisedDevice]) -> None:
         """The vendor plugin's current list (from its ListAndWatch); its health counts too."""
         with self._state_lock:
             self._real[real_resource] = tuple(devices)
@@ -59,7 +60,7 @@ class SpotPlugin(DevicePluginServer):
 
     def set_lent(self, real_ids: Iterable[str]) -> None:
         with self._state_lock:
-            self._lent = frozenset(policies.spot_id(r) for r in real_ids)
+            self._lent = frozenset(format_spot_id(r) for r in real_ids)
 
     def real_devices(self) -> dict[str, tuple[str, ...]]:
         with self._state_lock:
@@ -97,11 +98,11 @@ class FakeGpuPlugin(DevicePluginServer):
     def __init__(self, resource: str, plugin_dir: str, dev_dir: str, count: int, **kwargs: Any) -> None:
         super().__init__(resource, plugin_dir, **kwargs)
         self.dev_dir = dev_dir
-        self.set_devices(Device(i) for i in policies.fake_device_ids(count))
+        self.set_devices(AdvertisedDevice(i) for i in policies.fake_device_ids(count))
 
     def set_health(self, device_id: str, healthy: bool) -> None:
         """Flip one fake GPU's health (tests of vendor-side health)."""
-        self.set_devices(Device(d.id, healthy) if d.id == device_id else d for d in self.devices())
+        self.set_devices(AdvertisedDevice(d.id, healthy) if d.id == device_id else d for d in self.devices())
 
     def allocate(self, ids: Sequence[str]) -> Allocation:
         return policies.allocate_fake(self.resource, ids, self.advertised(), self.dev_dir)

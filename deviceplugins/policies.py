@@ -1,4 +1,4 @@
-"""What the device plugins decide, as plain functions over plain data (style.md §2.2).
+"""What the device plugins decide, as plain functions over plain data (docs/architecture.md).
 
 Nothing here touches gRPC, sockets, threads or the clock: the servers in ``server.py`` call
 these and turn the result into protobuf messages. Every decision is unit-tested in
@@ -18,12 +18,18 @@ from dataclasses import dataclass, field
 
 from deviceplugins.errors import DevicesRefused, InvalidShadow, UnknownDevices
 from gpushare import codecs, keys
-from gpushare.errors import InstructionRefused
-from gpushare.ids import parse_virtual_id, virtual_ids_of
+from gpushare.ids import (
+    format_spot_id,
+    is_virtual_id,
+    parse_spot_id,
+    parse_virtual_id,
+    parse_virtual_id_or_none,
+    virtual_ids_of,
+)
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-# kubelet refuses longer device IDs (device-plugin-api.md §5).
+# kubelet refuses longer device IDs (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1, Device.ID).
 MAX_DEVICE_ID_CHARS = 63
 # The fake vendor plugin's environment variable; the NRI plugin's visibility list has it too.
 FAKE_VISIBLE_ENV = "FAKE_VISIBLE_DEVICES"
@@ -34,8 +40,8 @@ _DECIMAL = re.compile(r"^[0-9]{1,4}$")  # ASCII only: str.isdigit() accepts "²"
 
 
 @dataclass(frozen=True, order=True)
-class Device:
-    """One advertised device: what ``ListAndWatch`` sends for it."""
+class AdvertisedDevice:
+    """A device ID and its health as kubelet sees it: what ``ListAndWatch`` sends for it."""
 
     id: str
     healthy: bool = True
@@ -46,17 +52,14 @@ class Device:
 
 
 @dataclass(frozen=True)
-class Shadow:
-    """A running shadow pod on this node (design §3), as the controller hands it in.
-
-    ``healthy=False`` closes its slots to new sharers (running sharers stay, design-api §6.3).
-    """
+class ShadowSlots:
+    """A running shadow pod on this node (design §3) as the range of virtual IDs it backs:
+    ``<namespace>/<name>-0`` .. ``-<spec - 1>`` on its share resource."""
 
     namespace: str
     name: str
     spec: int
     kind: str = keys.KIND_SHARE
-    healthy: bool = True
 
     @property
     def key(self) -> str:
@@ -68,8 +71,9 @@ class Shadow:
 
 
 @dataclass(frozen=True)
-class DeviceNode:
-    """A device node for the container (``DeviceSpec``); only the fake vendor plugin sends any."""
+class DeviceMount:
+    """A host device node mounted into the container (kubelet's ``DeviceSpec``); only the fake
+    vendor plugin sends any."""
 
     container_path: str
     host_path: str
@@ -82,13 +86,13 @@ class Allocation:
 
     annotations: Mapping[str, str] = field(default_factory=dict)
     envs: Mapping[str, str] = field(default_factory=dict)
-    devices: tuple[DeviceNode, ...] = ()
+    devices: tuple[DeviceMount, ...] = ()
 
 
 # --- shadows -> share devices --------------------------------------------------------------
 
 
-def parse_static_shadow(text: str) -> Shadow:
+def parse_static_shadow(text: str) -> ShadowSlots:
     """Parse the command line's ``ns/name:N[:kind]`` (``gpushare deviceplugins run --shadow``)."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or "/" not in parts[0]:
@@ -97,12 +101,12 @@ def parse_static_shadow(text: str) -> Shadow:
     if not _DECIMAL.match(parts[1]):
         raise InvalidShadow([f"{text!r}: share spec {parts[1]!r} is not a whole number"])
     kind = parts[2] if len(parts) == 3 else keys.KIND_SHARE
-    shadow = Shadow(namespace=namespace, name=name, spec=int(parts[1]), kind=kind)
+    shadow = ShadowSlots(namespace=namespace, name=name, spec=int(parts[1]), kind=kind)
     check_shadows([shadow], served=None)
     return shadow
 
 
-def check_shadows(shadows: Sequence[Shadow], served: Iterable[str] | None) -> None:
+def check_shadows(shadows: Sequence[ShadowSlots], served: Iterable[str] | None) -> None:
     """Refuse the whole set if any shadow cannot be advertised; ``served`` = our resource names.
 
     Raises ``InvalidShadow`` listing every problem, so the caller changes nothing.
@@ -124,9 +128,7 @@ def check_shadows(shadows: Sequence[Shadow], served: Iterable[str] | None) -> No
             problems.append(f"{where}: listed twice")
         seen.add(s.key)
         last = virtual_ids_of(s.namespace, s.name, s.spec)[-1]
-        try:
-            parse_virtual_id(last)
-        except InstructionRefused:
+        if not is_virtual_id(last):
             problems.append(f"{where}: not a valid <namespace>/<pod> name")
             continue
         if not _DNS_LABEL.match(s.namespace):
@@ -137,48 +139,44 @@ def check_shadows(shadows: Sequence[Shadow], served: Iterable[str] | None) -> No
         raise InvalidShadow(problems)
 
 
-def share_devices(shadows: Iterable[Shadow], resource: str) -> tuple[Device, ...]:
+def share_devices(shadows: Iterable[ShadowSlots], resource: str) -> tuple[AdvertisedDevice, ...]:
     """Every slot of every shadow backing ``resource``: count = shadows x N (design §2)."""
-    out: list[Device] = []
+    out: list[AdvertisedDevice] = []
     for s in sorted(shadows, key=lambda s: s.key):
         if s.resource == resource:
-            out.extend(Device(vid, s.healthy) for vid in virtual_ids_of(s.namespace, s.name, s.spec))
+            out.extend(AdvertisedDevice(vid) for vid in virtual_ids_of(s.namespace, s.name, s.spec))
     return tuple(out)
 
 
 # --- spot devices ----------------------------------------------------------------------------
 
 
-def spot_id(real_id: str) -> str:
-    return f"{keys.SPOT_DEVICE_PREFIX}{real_id}"
-
-
 @dataclass(frozen=True)
 class SpotDevices:
-    devices: tuple[Device, ...]
+    devices: tuple[AdvertisedDevice, ...]
     real_resource_of: Mapping[str, str]  # real ID -> the vendor resource it came from
     skipped: tuple[str, ...]  # real IDs we cannot advertise (spot-<id> too long, or listed twice)
 
 
 def spot_devices(real: Mapping[str, Sequence[str]], health: Mapping[str, bool]) -> SpotDevices:
     """``spot-<realID>`` for each real device; Unhealthy unless ``health`` says otherwise (fail closed)."""
-    devices: list[Device] = []
+    devices: list[AdvertisedDevice] = []
     owner: dict[str, str] = {}
     skipped: list[str] = []
     for resource in sorted(real):
         for rid in real[resource]:
-            if rid in owner or len(spot_id(rid)) > MAX_DEVICE_ID_CHARS:
+            if rid in owner or len(format_spot_id(rid)) > MAX_DEVICE_ID_CHARS:
                 skipped.append(rid)
                 continue
             owner[rid] = resource
-            devices.append(Device(spot_id(rid), health.get(rid, False)))
+            devices.append(AdvertisedDevice(format_spot_id(rid), health.get(rid, False)))
     return SpotDevices(tuple(sorted(devices)), owner, tuple(skipped))
 
 
 # --- Allocate ---------------------------------------------------------------------------------
 
 
-def _check_request(resource: str, requested: Sequence[str], advertised: Mapping[str, Device]) -> None:
+def _check_request(resource: str, requested: Sequence[str], advertised: Mapping[str, AdvertisedDevice]) -> None:
     if not requested:
         raise DevicesRefused(resource, [], "the request names no device IDs")
     dups = {i for i in requested if requested.count(i) > 1}
@@ -189,7 +187,7 @@ def _check_request(resource: str, requested: Sequence[str], advertised: Mapping[
         raise UnknownDevices(resource, unknown)
 
 
-def allocate_share(resource: str, requested: Sequence[str], advertised: Mapping[str, Device]) -> Allocation:
+def allocate_share(resource: str, requested: Sequence[str], advertised: Mapping[str, AdvertisedDevice]) -> Allocation:
     """Share / share-dev: the ``container-devices-from`` annotation naming the one shadow (design §4)."""
     _check_request(resource, requested, advertised)
     closed = [i for i in requested if not advertised[i].healthy]
@@ -214,7 +212,7 @@ def allocate_share(resource: str, requested: Sequence[str], advertised: Mapping[
 def allocate_spot(
     resource: str,
     requested: Sequence[str],
-    advertised: Mapping[str, Device],
+    advertised: Mapping[str, AdvertisedDevice],
     real_resource_of: Mapping[str, str],
 ) -> Allocation:
     """Spot: the ``container-devices-ids`` annotation with the real IDs; Unhealthy is refused (design §6)."""
@@ -226,7 +224,9 @@ def allocate_spot(
         )
     by_resource: dict[str, list[str]] = {}
     for sid in requested:
-        rid = sid[len(keys.SPOT_DEVICE_PREFIX) :]
+        rid = parse_spot_id(sid)
+        if rid is None:  # advertised, yet not built by format_spot_id: not a device this plugin lends
+            raise UnknownDevices(resource, [sid])
         by_resource.setdefault(real_resource_of[rid], []).append(rid)
     return Allocation(annotations={keys.ANNOTATION_DEVICES_IDS: codecs.encode_devices_ids(by_resource)})
 
@@ -236,12 +236,12 @@ def fake_device_ids(count: int) -> list[str]:
 
 
 def allocate_fake(
-    resource: str, requested: Sequence[str], advertised: Mapping[str, Device], dev_dir: str
+    resource: str, requested: Sequence[str], advertised: Mapping[str, AdvertisedDevice], dev_dir: str
 ) -> Allocation:
     """The fake vendor plugin answers like a real one: device nodes and a visibility variable."""
     _check_request(resource, requested, advertised)
     base = dev_dir.rstrip("/") or ""
-    nodes = tuple(DeviceNode(f"/dev/{i}", f"{base}/{i}", "rw") for i in requested)
+    nodes = tuple(DeviceMount(f"/dev/{i}", f"{base}/{i}", "rw") for i in requested)
     return Allocation(envs={FAKE_VISIBLE_ENV: ",".join(requested)}, devices=nodes)
 
 
@@ -253,7 +253,7 @@ def _dedup(ids: Iterable[str]) -> list[str]:
 
 
 def prefer_share(available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
-    """Pack: take every slot from one shadow, the fullest one that still fits (a hint, §6.5).
+    """Pack: take every slot from one shadow, the fullest one that still fits (kubelet may ignore a preference).
 
     Packing leaves other shadows empty so they can reach ``shadowIdleTimeout`` and be
     deleted, and keeps a container's slots on one GPU, which ``allocate_share`` requires.
@@ -266,12 +266,11 @@ def prefer_share(available: Sequence[str], must_include: Sequence[str], size: in
     for vid in _dedup(available):
         if vid in chosen:
             continue
-        try:
-            key = parse_virtual_id(vid).shadow_key
-        except InstructionRefused:
+        parsed = parse_virtual_id_or_none(vid)
+        if parsed is None:
             continue  # not one of ours; leave it to kubelet
-        free.setdefault(key, []).append(vid)
-    pinned = {parse_virtual_id(v).shadow_key for v in chosen if _is_virtual_id(v)}
+        free.setdefault(parsed.shadow_key, []).append(vid)
+    pinned = {v.shadow_key for v in map(parse_virtual_id_or_none, chosen) if v is not None}
     # Shadows that already hold a must-include slot first, then the fullest that fits, then by name.
     order = sorted(free, key=lambda k: (k not in pinned, len(free[k]) < need, len(free[k]), k))
     for key in order:
@@ -281,14 +280,6 @@ def prefer_share(available: Sequence[str], must_include: Sequence[str], size: in
         if need <= 0:
             break
     return chosen
-
-
-def _is_virtual_id(text: str) -> bool:
-    try:
-        parse_virtual_id(text)
-    except InstructionRefused:
-        return False
-    return True
 
 
 def prefer_spot(available: Sequence[str], must_include: Sequence[str], size: int, lent: Iterable[str]) -> list[str]:

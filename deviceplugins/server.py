@@ -11,7 +11,7 @@ The device list is an immutable snapshot swapped under a condition variable: eve
 Subclasses decide ``allocate`` and ``preferred`` through ``policies.py``.
 
 The restart policy lives in ``manager.py``; a server only reports upward through
-``on_stream_end`` (kubelet ended ListAndWatch, style.md trap 3).
+``on_stream_end`` (kubelet ended ListAndWatch and will not dial us again until we re-register).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from deviceplugins.errors import (
     SocketReplaced,
     UnknownDevices,
 )
-from deviceplugins.policies import MAX_DEVICE_ID_CHARS, Allocation, Device
+from deviceplugins.policies import MAX_DEVICE_ID_CHARS, AdvertisedDevice, Allocation
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,8 @@ class DevicePluginServer:
         # Called (from a gRPC thread) when kubelet ends the last ListAndWatch stream of a run.
         self.on_stream_end: Callable[[], None] = lambda: None
         self._cond = threading.Condition()
-        self._devices: tuple[Device, ...] = ()
-        self._by_id: Mapping[str, Device] = {}
+        self._devices: tuple[AdvertisedDevice, ...] = ()
+        self._by_id: Mapping[str, AdvertisedDevice] = {}
         self._version = 0
         self._streams = 0
         self._run: _Run | None = None
@@ -137,7 +137,7 @@ class DevicePluginServer:
 
     # --- device list --------------------------------------------------------------------
 
-    def set_devices(self, devices: Iterable[Device]) -> bool:
+    def set_devices(self, devices: Iterable[AdvertisedDevice]) -> bool:
         """Replace the whole list; open streams send it at once. Returns False if nothing changed.
 
         Raises ``DevicePluginError`` (nothing changes) on an ID kubelet would refuse.
@@ -162,12 +162,12 @@ class DevicePluginServer:
         log.debug("devices changed", extra=kv(resource=self.resource, devices=len(new)))
         return True
 
-    def devices(self) -> tuple[Device, ...]:
+    def devices(self) -> tuple[AdvertisedDevice, ...]:
         with self._cond:
             return self._devices
 
-    def advertised(self) -> Mapping[str, Device]:
-        """ID -> Device of the current snapshot (never mutated; safe to read without the lock)."""
+    def advertised(self) -> Mapping[str, AdvertisedDevice]:
+        """ID -> AdvertisedDevice of the current snapshot (never mutated; safe to read without the lock)."""
         with self._cond:
             return self._by_id
 

@@ -3,9 +3,9 @@
 Spot learns the node's real device IDs from the vendor's own plugin (design §6): a
 ``VendorWatch`` thread keeps a ``ListAndWatch`` stream open on the vendor socket and hands
 every full list upward. The stream is reopened every ``resync_s`` (a silent stream is not
-trusted, style.md trap 4) and after any error, with back-off. While the vendor plugin is
+trusted: it may have died without an error) and after any error, with back-off. While the vendor plugin is
 unreachable its devices are reported Unhealthy, so nothing is lent on a GPU whose driver
-side we cannot see (fail closed, trap 2).
+side we cannot see (fail closed).
 
 ``read_plugin`` is the one-shot form for ``gpushare deviceplugins list``.
 """
@@ -21,7 +21,7 @@ import grpc
 
 from deviceplugins._pb import api_pb2, api_pb2_grpc
 from deviceplugins.errors import SocketError
-from deviceplugins.policies import HEALTHY, Device
+from deviceplugins.policies import HEALTHY, AdvertisedDevice
 from deviceplugins.server import dial, job_name_for
 from gpushare.log import kv
 
@@ -31,11 +31,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PluginSnapshot:
     options: api_pb2.DevicePluginOptions
-    devices: tuple[Device, ...]
+    devices: tuple[AdvertisedDevice, ...]
 
 
-def _to_devices(msg: api_pb2.ListAndWatchResponse) -> tuple[Device, ...]:
-    return tuple(sorted(Device(d.ID, d.health == HEALTHY) for d in msg.devices))
+def _to_devices(msg: api_pb2.ListAndWatchResponse) -> tuple[AdvertisedDevice, ...]:
+    return tuple(sorted(AdvertisedDevice(d.ID, d.health == HEALTHY) for d in msg.devices))
 
 
 def read_plugin(socket_path: str, timeout_s: float = 5.0) -> PluginSnapshot:
@@ -61,7 +61,7 @@ class VendorWatch:
         self,
         resource: str,
         socket_path: str,
-        on_devices: Callable[[str, tuple[Device, ...]], None],
+        on_devices: Callable[[str, tuple[AdvertisedDevice, ...]], None],
         stop: threading.Event,
         *,
         resync_s: float = 300.0,
@@ -77,7 +77,7 @@ class VendorWatch:
         self._retry_max_s = retry_max_s
         self._call_lock = threading.Lock()
         self._call: grpc.RpcContext | None = None
-        self._last: tuple[Device, ...] | None = None
+        self._last: tuple[AdvertisedDevice, ...] | None = None
         self._reachable = True  # log the loss and the return once each, not every retry
         self._thread = threading.Thread(target=self._run, name=f"gpushare-dp-vendor-{job_name_for(resource)}")
 
@@ -95,7 +95,7 @@ class VendorWatch:
         self.wake()
         self._thread.join(timeout_s)
 
-    def _emit(self, devices: tuple[Device, ...]) -> None:
+    def _emit(self, devices: tuple[AdvertisedDevice, ...]) -> None:
         if devices != self._last:
             self._last = devices
             self._on_devices(self.resource, devices)
@@ -105,7 +105,7 @@ class VendorWatch:
         while not self._stop.is_set():
             try:
                 got_any = self._follow_once()
-            except Exception:  # top of a thread loop: log, fail closed, retry (style.md §2.4)
+            except Exception:  # top of a thread loop: log, fail closed, retry
                 log.exception("vendor watch crashed", extra=kv(resource=self.resource, socket=self.socket_path))
                 got_any = False
             if self._stop.is_set():
@@ -114,7 +114,7 @@ class VendorWatch:
                 delay = self._retry_min_s
                 continue  # a resync or a clean end: reopen at once
             if self._last:
-                self._emit(tuple(Device(d.id, False) for d in self._last))
+                self._emit(tuple(AdvertisedDevice(d.id, False) for d in self._last))
             self._stop.wait(delay)
             delay = min(delay * 2, self._retry_max_s)
 

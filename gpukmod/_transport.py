@@ -1,4 +1,4 @@
-"""What the client needs from a netlink backend, and how it picks one (style.md §2.1).
+"""What the client needs from a netlink backend, and how it picks one.
 
 Two backends speak the same protocol: ``_native`` (the cffi C helper; the default) and
 ``_pyroute2`` (pure Python; the fallback when the extension is not built, and an

@@ -170,7 +170,7 @@ class KmodClient:
             for inode in self.notices(None):
                 try:
                     callback(inode)
-                except Exception:  # a broken callback must not end the reader (style §2.4)
+                except Exception:  # a broken callback must not end the reader
                     log.exception("gpukmod: notice callback failed for pidns %d", inode)
 
         self._thread = threading.Thread(target=run, name=name, daemon=True)

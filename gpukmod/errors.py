@@ -4,7 +4,7 @@
     └── KmodError(errno, op)         a module, netlink or build operation failed
         └── KmodUnavailable          neither backend can run here (extension and pyroute2 missing)
 
-The message names the operation, the errno and what to do about it (style.md §2.4): the
+The message names the operation, the errno and what to do about it: the
 C helper only returns ``-errno``; this is the one place that turns codes into advice.
 """
 

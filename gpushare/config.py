@@ -1,6 +1,6 @@
 """The one configuration file (``version: v1``), read into frozen dataclasses.
 
-Rules (style.md §2.6): camelCase keys as the design spells them; defaults are the
+Rules: camelCase keys as the design spells them; defaults are the
 design's; every value is checked where it is parsed; all problems are collected and
 raised as one ``ConfigError`` listing ``key: reason (got X)``; unknown keys are errors
 with a did-you-mean. Precedence is flag > file > default; the environment only supplies
@@ -80,7 +80,7 @@ class MetricsConfig:
     vendor: str = "auto"
     scrape_interval_s: float = 5.0
     scrape_timeout_s: float = 2.0
-    # The source's pod labels name the pods whose *processes* use a GPU (NVML, or the fake
+    # The source's pod labels name the pods whose *processes* use a GPU (the fake
     # exporter of tests and the demo), not the pod it is allocated to (dcgm-exporter). Only
     # then can utilization alone tell a returning owner from a borrower (docs/spot.md).
     process_level: bool = False
@@ -97,7 +97,7 @@ class Config:
     real_resources: tuple[str, ...] = DEFAULT_REAL_RESOURCES
     visibility_env: tuple[str, ...] = DEFAULT_VISIBILITY_ENV
     warm_shadows: int = 0
-    # §3: shadows need a high PriorityClass (created by the manifests) and an image whose
+    # Design §3: shadows need a high PriorityClass (created by the manifests) and an image whose
     # entrypoint sleeps until TERM (the kubelet's pause image does exactly that).
     shadow_priority_class: str = "gpushare-shadow"
     shadow_image: str = "registry.k8s.io/pause:3.10"

@@ -1,7 +1,7 @@
 """The root of every error gpushare raises, and the errors of the shared contract.
 
     GpushareError
-    ├── ConfigError(problems)            config file or flag refused (§2.6 of style.md)
+    ├── ConfigError(problems)            config file or flag refused
     └── InstructionRefused(reason)       an annotation we must not act on (design §8)
 
 Each part adds its own subtree in its ``errors.py`` (``TransportError`` in

@@ -1,4 +1,9 @@
-"""Virtual device IDs of shared GPUs (design §3): ``<shadow-namespace>/<shadow-name>-<index>``."""
+"""Device IDs our plugins advertise, and their one parser each.
+
+Virtual IDs (design §3): ``<shadow-namespace>/<shadow-name>-<index>``, one per slot of a
+shadow pod. Spot IDs (design §2, §6): ``spot-<real ID>``, one per real GPU of the node.
+Every part that builds or reads either format calls this module, so the format lives once.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,10 @@ from gpushare.errors import InstructionRefused
 _NS = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _POD = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 _VIRTUAL_ID = re.compile(rf"^(?P<ns>{_NS})/(?P<pod>{_POD})-(?P<index>0|[1-9][0-9]{{0,3}})$")
+# Longer than any namespace, pod name and index together: refused before the regex runs.
+_MAX_VIRTUAL_ID_CHARS = 320
+
+_SPOT_PREFIX = "spot-"
 
 
 @dataclass(frozen=True, order=True)
@@ -34,16 +43,42 @@ def format_virtual_id(namespace: str, shadow: str, index: int) -> str:
     return str(VirtualId(namespace, shadow, index))
 
 
-def parse_virtual_id(text: str) -> VirtualId:
-    """Parse ``ns/shadow-3``. The index is the part after the *last* dash."""
-    m = _VIRTUAL_ID.match(text) if isinstance(text, str) and len(text) <= 320 else None
+def parse_virtual_id_or_none(text: object) -> VirtualId | None:
+    """Read ``ns/shadow-3``, or None for anything else. The index is the part after the *last* dash."""
+    if not isinstance(text, str) or len(text) > _MAX_VIRTUAL_ID_CHARS:
+        return None
+    m = _VIRTUAL_ID.match(text)
     if m is None:
+        return None
+    return VirtualId(m.group("ns"), m.group("pod"), int(m.group("index")))
+
+
+def parse_virtual_id(text: object) -> VirtualId:
+    """Read a virtual ID that an instruction names; anything else is refused (``InstructionRefused``)."""
+    parsed = parse_virtual_id_or_none(text)
+    if parsed is None:
         raise InstructionRefused(
             f"gpushare: {text!r:.80} is not a virtual device ID; expected <namespace>/<shadow-pod>-<index> (design §3)"
         )
-    return VirtualId(m.group("ns"), m.group("pod"), int(m.group("index")))
+    return parsed
+
+
+def is_virtual_id(text: object) -> bool:
+    return parse_virtual_id_or_none(text) is not None
 
 
 def virtual_ids_of(namespace: str, shadow: str, spec: int) -> list[str]:
     """All N virtual IDs a shadow of share spec N advertises."""
     return [format_virtual_id(namespace, shadow, i) for i in range(spec)]
+
+
+def format_spot_id(real_id: str) -> str:
+    """The spot device that lends real GPU ``real_id``: ``spot-<real ID>``."""
+    return _SPOT_PREFIX + real_id
+
+
+def parse_spot_id(device_id: str) -> str | None:
+    """The real ID inside a spot device ID, or None for any other device ID."""
+    if not device_id.startswith(_SPOT_PREFIX):
+        return None
+    return device_id[len(_SPOT_PREFIX) :]

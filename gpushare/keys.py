@@ -1,6 +1,6 @@
 """Every resource name, label and annotation key of the gpushare contract, once.
 
-Each constant names the design section (``shared/docs/design.md``) that defines it.
+Each constant names the section of the design (docs/design.md) that defines it.
 Nothing else in the code base spells these strings.
 """
 
@@ -15,7 +15,6 @@ RESOURCE_PREFIX: Final = "gpushare/"
 RESOURCE_SHARE_GPU_PREFIX: Final = "gpushare/share-gpu-"
 RESOURCE_SHARE_DEV_GPU_PREFIX: Final = "gpushare/share-dev-gpu-"
 RESOURCE_SPOT_GPU: Final = "gpushare/spot-gpu"
-SPOT_DEVICE_PREFIX: Final = "spot-"  # §2: spot devices are "spot-<realID>"
 
 # §3 shadow pods.
 SHADOW_NAMESPACE: Final = "gpushare-system"

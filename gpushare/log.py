@@ -1,4 +1,4 @@
-"""Logging helpers shared by every part (style.md §2.5).
+"""Logging helpers shared by every part (conventions: docs/architecture.md).
 
 Library code only calls ``logging.getLogger(__name__)`` and logs one INFO line per
 decision with key=value fields in ``extra={"kv": {...}}``; ``configure`` (called once by

@@ -1,8 +1,8 @@
-"""``BundleCache``: the node's pods and containers as an immutable ``Snapshot``, swapped under a lock.
+"""``BundleCache``: the node's pods and containers as an immutable ``RuntimeView``, swapped under a lock.
 
 Learned from Synchronize (full replace) and every CreateContainer; forgotten on RemoveContainer
-and RemovePodSandbox. Readers take the current snapshot without locking (an attribute read is
-atomic) and never see a half-applied update; writers hold the lock only to swap (style §2.7).
+and RemovePodSandbox. Readers take the current view without locking (an attribute read is
+atomic) and never see a half-applied update; writers hold the lock only to swap.
 """
 
 from __future__ import annotations
@@ -10,37 +10,37 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from nri_plugin.model import ContainerInfo, PodInfo, Snapshot, SourceRecord, build_snapshot, record_of
+from nri_plugin.model import ContainerInfo, PodInfo, RuntimeView, SourceRecord, build_runtime_view, record_of
 
 
 class BundleCache:
     def __init__(self, visibility_env: Iterable[str]) -> None:
         self._visibility_env = tuple(visibility_env)
         self._lock = threading.Lock()
-        self._snapshot = Snapshot()
+        self._view = RuntimeView()
 
     @property
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
+    def view(self) -> RuntimeView:
+        return self._view
 
     def record(self, container: ContainerInfo, *, recipient: bool = False) -> SourceRecord:
         return record_of(container, self._visibility_env, recipient=recipient)
 
     def replace_all(self, pods: Iterable[PodInfo], containers: Iterable[ContainerInfo]) -> None:
-        snap = build_snapshot(pods, containers, self._visibility_env)
+        view = build_runtime_view(pods, containers, self._visibility_env)
         with self._lock:
-            self._snapshot = snap
+            self._view = view
 
     def add(self, pod: PodInfo, container: ContainerInfo | None = None, *, recipient: bool = False) -> None:
         record = self.record(container, recipient=recipient) if container is not None else None
         with self._lock:
-            snap = self._snapshot.with_pod(pod)
-            self._snapshot = snap.with_container(record) if record is not None else snap
+            view = self._view.with_pod(pod)
+            self._view = view.with_container(record) if record is not None else view
 
     def remove_container(self, container_id: str) -> None:
         with self._lock:
-            self._snapshot = self._snapshot.without_container(container_id)
+            self._view = self._view.without_container(container_id)
 
     def remove_pod(self, pod_id: str) -> None:
         with self._lock:
-            self._snapshot = self._snapshot.without_pod(pod_id)
+            self._view = self._view.without_pod(pod_id)

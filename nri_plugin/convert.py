@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nri_plugin._pb import nri_pb2
-from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, parse_env
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, parse_env
 
 
 def pod_info(pod: nri_pb2.PodSandbox) -> PodInfo:
@@ -17,8 +17,8 @@ def pod_info(pod: nri_pb2.PodSandbox) -> PodInfo:
     )
 
 
-def device(d: nri_pb2.LinuxDevice) -> Device:
-    return Device(
+def device(d: nri_pb2.LinuxDevice) -> DeviceNode:
+    return DeviceNode(
         path=d.path,
         type=d.type,
         major=d.major,
@@ -40,7 +40,7 @@ def container_info(ctr: nri_pb2.Container) -> ContainerInfo:
     )
 
 
-def linux_device(d: Device) -> nri_pb2.LinuxDevice:
+def linux_device(d: DeviceNode) -> nri_pb2.LinuxDevice:
     out = nri_pb2.LinuxDevice(path=d.path, type=d.type, major=d.major, minor=d.minor)
     if d.file_mode is not None:
         out.file_mode.value = d.file_mode

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from gpushare import keys
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.errors import InstructionRefused
-from gpushare.ids import parse_virtual_id
-from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, SourceRecord
+from gpushare.ids import parse_spot_id, parse_virtual_id_or_none
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, SourceRecord
 
 RETRY_HINT = "kubelet retries container creation with back-off, so the pod converges once it exists"
 
@@ -124,10 +124,10 @@ def _naming(key: str, container: ContainerInfo) -> Iterator[None]:
         raise InstructionRefused(f"gpushare: annotation {key} of container {container.name!r}: {detail}") from exc
 
 
-def usable_devices(devices: tuple[Device, ...]) -> tuple[tuple[Device, ...], tuple[str, ...]]:
+def usable_devices(devices: tuple[DeviceNode, ...]) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
     """Split a source's devices into injectable ones (character devices under /dev, clean
     paths) and a description of each skipped one."""
-    keep: list[Device] = []
+    keep: list[DeviceNode] = []
     skipped: list[str] = []
     for d in devices:
         if d.type != "c":
@@ -176,7 +176,7 @@ def decide(
     instruction: Instruction,
     pod: PodInfo,
     container: ContainerInfo,
-    snapshot: Snapshot,
+    view: RuntimeView,
     *,
     allocated: Mapping[str, frozenset[str]] | None = None,
     resolved: Mapping[str, Bundle] | None = None,
@@ -189,19 +189,19 @@ def decide(
     holds exactly those IDs).
     """
     if isinstance(instruction, SamePod):
-        return _decide_same_pod(instruction, pod, container, snapshot)
+        return _decide_same_pod(instruction, pod, container, view)
     if allocated is None:
         raise InstructionRefused(
             f"gpushare: cross-pod instruction for container {container.name!r} of {pod.ref} refused: no PodResources "
             "API is configured to confirm the allocation (start the plugin with --pod-resources-socket; design §8)"
         )
     if isinstance(instruction, ShadowSource):
-        return _decide_shadow(instruction.spec, pod, container, snapshot, allocated)
-    return _decide_real_ids(instruction.spec, pod, container, snapshot, allocated=allocated, resolved=resolved or {})
+        return _decide_shadow(instruction.spec, pod, container, view, allocated)
+    return _decide_real_ids(instruction.spec, pod, container, view, allocated=allocated, resolved=resolved or {})
 
 
-def _decide_same_pod(instr: SamePod, pod: PodInfo, container: ContainerInfo, snap: Snapshot) -> Decision:
-    source = snap.container_named(pod.id, instr.source)
+def _decide_same_pod(instr: SamePod, pod: PodInfo, container: ContainerInfo, view: RuntimeView) -> Decision:
+    source = view.container_named(pod.id, instr.source)
     if source is None or source.container_id == container.id:
         raise InstructionRefused(
             f'gpushare: the pod annotation for "{container.name}" names "{instr.source}", which is not a created '
@@ -215,11 +215,11 @@ def _decide_shadow(
     spec: DevicesFrom,
     pod: PodInfo,
     container: ContainerInfo,
-    snap: Snapshot,
+    view: RuntimeView,
     allocated: Mapping[str, frozenset[str]],
 ) -> Decision:
     ref = spec.source
-    source_pod = snap.pod_by_ref(ref.namespace, ref.pod)
+    source_pod = view.pod_by_ref(ref.namespace, ref.pod)
     if source_pod is None:
         raise InstructionRefused(
             f"gpushare: source pod {ref.namespace}/{ref.pod} named by {keys.ANNOTATION_DEVICES_FROM} is not known on "
@@ -239,7 +239,7 @@ def _decide_shadow(
             f"{sorted(wanted)} (kubelet lists {sorted(of_source) or 'none'} of {source_pod.ref}); "
             "refused (design §8)"
         )
-    source = snap.container_named(source_pod.id, ref.container)
+    source = view.container_named(source_pod.id, ref.container)
     if source is None:
         raise InstructionRefused(
             f'gpushare: container "{ref.container}" of source pod {source_pod.ref} is not created yet; {RETRY_HINT}'
@@ -249,28 +249,22 @@ def _decide_shadow(
 
 
 def _belongs_to(vid: str, namespace: str, shadow: str) -> bool:
-    try:
-        parsed = parse_virtual_id(vid)
-    except InstructionRefused:
-        return False
-    return (parsed.namespace, parsed.shadow) == (namespace, shadow)
+    parsed = parse_virtual_id_or_none(vid)
+    return parsed is not None and (parsed.namespace, parsed.shadow) == (namespace, shadow)
 
 
 def _decide_real_ids(
     spec: DevicesIds,
     pod: PodInfo,
     container: ContainerInfo,
-    snap: Snapshot,
+    view: RuntimeView,
     *,
     allocated: Mapping[str, frozenset[str]],
     resolved: Mapping[str, Bundle],
 ) -> Decision:
     wanted = frozenset(rid for _, ids in spec.by_resource for rid in ids)
-    held = frozenset(
-        d[len(keys.SPOT_DEVICE_PREFIX) :]
-        for d in allocated.get(keys.RESOURCE_SPOT_GPU, frozenset())
-        if d.startswith(keys.SPOT_DEVICE_PREFIX)
-    )
+    spot_ids = allocated.get(keys.RESOURCE_SPOT_GPU, frozenset())
+    held = frozenset(rid for rid in map(parse_spot_id, spot_ids) if rid is not None)
     if held != wanted:
         raise InstructionRefused(
             f"gpushare: PodResources does not confirm that container {container.name!r} of {pod.ref} holds "
@@ -281,10 +275,10 @@ def _decide_real_ids(
     skipped: list[str] = []
     sources: list[str] = []
     for resource, ids in spec.by_resource:
-        holder = snap.holder_of(frozenset(ids))
+        holder = view.holder_of(frozenset(ids))
         if holder is not None and holder.container_id != container.id:
             part, skip = _source_bundle(holder, f"the container holding {resource} {list(ids)}")
-            holder_pod = snap.pods.get(holder.pod_id)
+            holder_pod = view.pods.get(holder.pod_id)
             sources.append(f"{holder_pod.ref if holder_pod else holder.pod_id}/{holder.name}")
         elif resource in resolved:
             part, skip = _source_bundle(

@@ -53,8 +53,8 @@ class Injector:
 
     def synchronize(self, pods: Iterable[nri_pb2.PodSandbox], containers: Iterable[nri_pb2.Container]) -> None:
         self.cache.replace_all((convert.pod_info(p) for p in pods), (convert.container_info(c) for c in containers))
-        snap = self.cache.snapshot
-        log.info("nri: synchronized", extra=kv(pods=len(snap.pods), containers=len(snap.containers)))
+        view = self.cache.view
+        log.info("nri: synchronized", extra=kv(pods=len(view.pods), containers=len(view.containers)))
 
     def create_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> nri_pb2.ContainerAdjustment:
         start = time.perf_counter()
@@ -125,7 +125,7 @@ class Injector:
         instruction = find_instruction(pod, info)
         if instruction is None:
             return None
-        snap = self.cache.snapshot
+        view = self.cache.view
         allocated: Mapping[str, frozenset[str]] | None = None
         resolved: dict[str, Bundle] = {}
         if is_cross_pod(instruction) and self._oracle is not None:
@@ -138,8 +138,8 @@ class Injector:
                 ) from exc
         if isinstance(instruction, RealIds) and self._resolver is not None and allocated is not None:
             for resource, ids in instruction.spec.by_resource:
-                if snap.holder_of(frozenset(ids)) is None:
+                if view.holder_of(frozenset(ids)) is None:
                     bundle = self._resolver.resolve(resource, ids)
                     if bundle is not None:
                         resolved[resource] = bundle
-        return decide(instruction, pod, info, snap, allocated=allocated, resolved=resolved)
+        return decide(instruction, pod, info, view, allocated=allocated, resolved=resolved)

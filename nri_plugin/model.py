@@ -1,7 +1,7 @@
-"""Plain data the decision code works on: pods, containers, bundles and the snapshot index.
+"""Plain data the decision code works on: pods, containers, bundles and the runtime's indexed view.
 
-Pure: no sockets, threads or clock. ``Snapshot`` is immutable; every update returns a new one,
-which ``BundleCache`` swaps in under its lock (style §2.7).
+Pure: no sockets, threads or clock. ``RuntimeView`` is immutable; every update returns a new one,
+which ``BundleCache`` swaps in under its lock.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ _NON_IDS = frozenset({"", "all", "none", "void", "nodevfiles"})
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceNode:
     """A Linux device node as the runtime sees it (NRI ``LinuxDevice``)."""
 
     path: str
@@ -32,7 +32,7 @@ class Device:
 class Bundle:
     """What a container was given: device nodes, visibility variables, CDI annotations."""
 
-    devices: tuple[Device, ...] = ()
+    devices: tuple[DeviceNode, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
 
@@ -75,7 +75,7 @@ class ContainerInfo:
     name: str
     annotations: Mapping[str, str] = field(default_factory=dict)
     env: tuple[tuple[str, str], ...] = ()
-    devices: tuple[Device, ...] = ()
+    devices: tuple[DeviceNode, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,9 @@ def record_of(container: ContainerInfo, visibility_env: Iterable[str], *, recipi
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """Everything the plugin knows about this node's pods and containers, indexed."""
+class RuntimeView:
+    """The runtime's pods and containers on this node as the plugin knows them (Synchronize plus
+    every event since), indexed for the decision code."""
 
     pods: Mapping[str, PodInfo] = field(default_factory=dict)
     containers: Mapping[str, SourceRecord] = field(default_factory=dict)
@@ -164,8 +165,8 @@ class Snapshot:
         holders = self._by_ids.get(real_ids, ())
         return self.containers.get(holders[-1]) if holders else None
 
-    # --- updates (each returns a new snapshot) ---
-    def with_pod(self, pod: PodInfo) -> Snapshot:
+    # --- updates (each returns a new view) ---
+    def with_pod(self, pod: PodInfo) -> RuntimeView:
         if self.pods.get(pod.id) == pod:
             return self
         pods = {**self.pods, pod.id: pod}
@@ -173,13 +174,13 @@ class Snapshot:
         refs[(pod.namespace, pod.name)] = pod.id
         return replace(self, pods=pods, _pod_by_ref=refs)
 
-    def with_container(self, record: SourceRecord) -> Snapshot:
+    def with_container(self, record: SourceRecord) -> RuntimeView:
         containers = {**self.containers, record.container_id: record}
         by_name = {**self._by_name, (record.pod_id, record.name): record.container_id}
         by_ids = _index_holders(self._by_ids, [record])
         return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
 
-    def without_container(self, container_id: str) -> Snapshot:
+    def without_container(self, container_id: str) -> RuntimeView:
         record = self.containers.get(container_id)
         if record is None:
             return self
@@ -189,26 +190,26 @@ class Snapshot:
         by_ids = {k: rest for k, v in self._by_ids.items() if (rest := tuple(c for c in v if c != container_id))}
         return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
 
-    def without_pod(self, pod_id: str) -> Snapshot:
-        snap = self
+    def without_pod(self, pod_id: str) -> RuntimeView:
+        view = self
         for cid in [c.container_id for c in self.containers.values() if c.pod_id == pod_id]:
-            snap = snap.without_container(cid)
-        if pod_id not in snap.pods:
-            return snap
-        pods = {k: v for k, v in snap.pods.items() if k != pod_id}
-        refs = {k: v for k, v in snap._pod_by_ref.items() if v != pod_id}
-        return replace(snap, pods=pods, _pod_by_ref=refs)
+            view = view.without_container(cid)
+        if pod_id not in view.pods:
+            return view
+        pods = {k: v for k, v in view.pods.items() if k != pod_id}
+        refs = {k: v for k, v in view._pod_by_ref.items() if v != pod_id}
+        return replace(view, pods=pods, _pod_by_ref=refs)
 
 
-def build_snapshot(
+def build_runtime_view(
     pods: Iterable[PodInfo], containers: Iterable[ContainerInfo], visibility_env: Iterable[str]
-) -> Snapshot:
-    """A fresh snapshot from a full listing (Synchronize), built in one pass."""
+) -> RuntimeView:
+    """A fresh view from a full listing (Synchronize), built in one pass."""
     vis = tuple(visibility_env)
     pod_map = {p.id: p for p in pods}
     records = {c.id: record_of(c, vis, recipient=is_recipient(c, pod_map.get(c.pod_id))) for c in containers}
     by_ids = _index_holders({}, records.values())
-    return Snapshot(
+    return RuntimeView(
         pods=pod_map,
         containers=records,
         _by_name={(r.pod_id, r.name): r.container_id for r in records.values()},

@@ -32,6 +32,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 
+from gpushare.errors import InstructionRefused
 from gpushare.log import kv
 from nri_plugin._pb import nri_pb2
 from nri_plugin.errors import ConnectionClosed, DeadlineExceeded, NriError, RpcStatusError, TransportError
@@ -86,6 +87,19 @@ def _parse(cls: type[Any], payload: bytes) -> Any:
     except (DecodeError, ValueError, RecursionError) as exc:
         raise RpcStatusError(Code.INVALID_ARGUMENT, f"undecodable {cls.__name__}: {exc}") from exc
     return msg
+
+
+def _refusal_as_status(handler: Handler) -> Handler:
+    """A refused instruction becomes FAILED_PRECONDITION here, so the transport sees only
+    status codes: containerd then fails just that container and the plugin stays connected."""
+
+    def handle(payload: bytes) -> bytes:
+        try:
+            return handler(payload)
+        except InstructionRefused as exc:
+            raise RpcStatusError(Code.FAILED_PRECONDITION, str(exc)) from exc
+
+    return handle
 
 
 class _Session:
@@ -192,7 +206,7 @@ class Stub:
             rpc = "".join(part.capitalize() for part in name.split("_"))
             if rpc not in h:
                 h[rpc] = self._dedicated_handler(name, event in _POD_EVENTS)
-        return {(PLUGIN_SERVICE, m): f for m, f in h.items()}
+        return {(PLUGIN_SERVICE, m): _refusal_as_status(f) for m, f in h.items()}
 
     def _dedicated_handler(self, name: str, is_pod_event: bool) -> Handler:
         def handle(payload: bytes) -> bytes:

@@ -9,14 +9,12 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
 from controller.agent import Agent
-from controller.commands import load_config_or_exit
-from controller.commands.deviceplugins import _parse_spot_from
+from controller.commands import load_config_or_exit, parse_spot_from, stop_on_signals
 from controller.spot.runtime import SpotRuntime
 from gpushare.config import effective_config, with_overrides
 from gpushare.errors import GpushareError
@@ -57,7 +55,7 @@ def agent(
         raise typer.Exit(2)
     stop = threading.Event()
     try:
-        sources = _parse_spot_from(spot_from or [], cfg.real_resources[0])
+        sources = parse_spot_from(spot_from or [], cfg.real_resources[0])
         if listen is not None:
             cfg = with_overrides(cfg, metrics=dataclasses.replace(cfg.metrics, listen=listen))
         spot_runtime = SpotRuntime.from_config(cfg, use_kmod=kmod) if spot else None
@@ -74,13 +72,7 @@ def agent(
         typer.echo(f"gpushare: agent cannot start: {exc}", err=True)
         raise typer.Exit(1) from exc
     log.info("effective config", extra=kv(config=json.dumps(effective_config(cfg), sort_keys=True)))
-
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("agent: signal %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop_on_signals(stop, "agent", log)
     # `kill -USR1 <pid>`: every thread's stack to stderr, for a loop that stopped passing (/healthz 503).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     runner.run()

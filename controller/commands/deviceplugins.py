@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from controller.commands import load_config_or_exit, parse_spot_from, stop_on_signals
 from deviceplugins import (
     DevicePluginError,
     FakeGpuPlugin,
@@ -24,7 +24,7 @@ from deviceplugins import (
     parse_static_shadow,
     read_plugin,
 )
-from gpushare.config import effective_config, load_config
+from gpushare.config import effective_config
 from gpushare.errors import GpushareError
 from gpushare.log import kv
 
@@ -39,31 +39,15 @@ PluginDirOpt = Annotated[
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML config file (version: v1)")]
 
 
-def _wait_for_signal(stop: threading.Event) -> None:
-    """Block until SIGINT/SIGTERM (only the CLI handles signals, style.md §2.7)."""
-
-    def handler(signum: int, frame: object) -> None:
-        log.info("stopping", extra=kv(signal=signal.Signals(signum).name))
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    while not stop.wait(1.0):
-        pass
-
-
-def _parse_spot_from(values: list[str], default_resource: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in values:
-        resource, sep, path = v.partition("=")
-        if not sep:
-            resource, path = default_resource, v
-        if "/" not in resource or not path:
-            raise typer.BadParameter(f"--spot-from {v!r}: expected [RESOURCE=]SOCKET, e.g. nvidia.com/gpu=/path.sock")
-        if resource in out:
-            raise typer.BadParameter(f"--spot-from: {resource} given twice")
-        out[resource] = path
-    return out
+def _serve_until_signal(mgr: PluginManager, stop: threading.Event, what: str) -> None:
+    """Serve until SIGINT/SIGTERM; stopping removes the plugins' sockets."""
+    mgr.start()
+    try:
+        stop_on_signals(stop, what, log)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        mgr.stop()
 
 
 def _fail(exc: GpushareError) -> typer.Exit:
@@ -92,10 +76,10 @@ def run(
     config: ConfigOpt = None,
 ) -> None:
     """Serve every gpushare device plugin until SIGINT/SIGTERM, with static shadows."""
+    cfg = load_config_or_exit(config, exit_code=1)
     try:
-        cfg = load_config(config)
         shadows = [parse_static_shadow(s) for s in shadow or []]
-        sources = _parse_spot_from(spot_from or [], spot_resource)
+        sources = parse_spot_from(spot_from or [], spot_resource)
         stop = threading.Event()
         mgr = PluginManager.for_gpushare(
             plugin_dir or cfg.kubelet.device_plugin_dir,
@@ -110,11 +94,7 @@ def run(
     except GpushareError as exc:
         raise _fail(exc) from exc
     log.info("effective config", extra=kv(config=json.dumps(effective_config(cfg))))
-    mgr.start()
-    try:
-        _wait_for_signal(stop)
-    finally:
-        mgr.stop()
+    _serve_until_signal(mgr, stop, "deviceplugins")
 
 
 @app.command("list")
@@ -148,8 +128,8 @@ def fake_gpus(
     config: ConfigOpt = None,
 ) -> None:
     """A fake vendor device plugin: N character nodes advertised and allocated like real GPUs."""
+    cfg = load_config_or_exit(config, exit_code=1)
     try:
-        cfg = load_config(config)
         paths = create_fake_gpu_nodes(dev_dir, count, major, minor)
         directory = plugin_dir or cfg.kubelet.device_plugin_dir
         stop = threading.Event()
@@ -160,8 +140,4 @@ def fake_gpus(
         "fake GPUs ready",
         extra=kv(resource=resource, nodes=",".join(paths), socket=mgr.plugin(resource).socket_path),
     )
-    mgr.start()
-    try:
-        _wait_for_signal(stop)
-    finally:
-        mgr.stop()
+    _serve_until_signal(mgr, stop, "fake-gpus")

@@ -14,10 +14,9 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from controller.commands import load_config_or_exit
 from gpukmod import KmodClient, KmodError, build_module, install, load, loaded_version, unload
 from gpukmod.module import default_kernel_dir, default_ko_path, format_params, ko_version, source_version
-from gpushare.config import Config, load_config
-from gpushare.errors import ConfigError
 
 app = typer.Typer(no_args_is_help=True, help="Build, install, load, unload and watch the gpukmod kernel module.")
 
@@ -30,16 +29,16 @@ KoOpt = Annotated[Path | None, typer.Option("--ko", help="a built gpukmod.ko (de
 
 
 def _run(step: Callable[[], T]) -> T:
-    """Run one step; a KmodError or ConfigError becomes its message on stderr and exit 1."""
+    """Run one step; a KmodError becomes its message on stderr and exit 1."""
     try:
         return step()
-    except (KmodError, ConfigError) as exc:
+    except KmodError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
 
 
 def _params(config: Path | None, max_block_ms: int | None, unit: int | None) -> tuple[str, int]:
-    cfg = _run(lambda: load_config(config)) if config else Config()
+    cfg = load_config_or_exit(config, exit_code=1)
     unit = cfg.netlink_protocol if unit is None else unit
     block = cfg.max_block_ms if max_block_ms is None else max_block_ms
     return format_params(max_block_ms=block, unit=unit), unit

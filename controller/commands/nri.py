@@ -8,16 +8,14 @@ import dataclasses
 import gc
 import logging
 import os
-import signal
 import threading
-from types import FrameType
 from typing import Annotated
 
 import typer
 
-from controller.commands import load_config_or_exit
+from controller.commands import load_config_or_exit, stop_on_signals
 from controller.io.podresources import PodResourcesClient
-from gpushare.config import effective_config
+from gpushare.config import Config, effective_config
 from gpushare.log import kv
 from nri_plugin import Injector, NriError, Stub
 from nri_plugin.stub import ENV_PLUGIN_SOCKET
@@ -50,38 +48,18 @@ def run(
     ] = False,
 ) -> None:
     """Run the plugin until SIGTERM/SIGINT; one INFO line per decision."""
-    cfg = load_config_or_exit(config_file)
-    if socket_path is not None:
-        cfg = dataclasses.replace(cfg, nri=dataclasses.replace(cfg.nri, socket=socket_path))
-    if pod_resources_socket is not None:
-        cfg = dataclasses.replace(
-            cfg, kubelet=dataclasses.replace(cfg.kubelet, pod_resources_socket=pod_resources_socket)
-        )
+    cfg = _with_flags(load_config_or_exit(config_file), socket_path, pod_resources_socket)
     use_fd = preconnected or (socket_path is None and ENV_PLUGIN_SOCKET in os.environ)
     log.info("effective config", extra=kv(**{"nri": effective_config(cfg)["nri"]}))
 
     stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("nri: signal %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop_on_signals(stop, "nri", log)
 
     with contextlib.ExitStack() as stack:
         oracle = None
         if pod_resources_socket is not None:
             oracle = stack.enter_context(PodResourcesClient(cfg.kubelet.pod_resources_socket))
-        injector = Injector(cfg, oracle=oracle)
-        try:
-            if use_fd:
-                stub = Stub.from_environment(injector, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index)
-            else:
-                stub = Stub(injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index)
-        except NriError as exc:
-            typer.echo(str(exc), err=True)
-            raise typer.Exit(2) from exc
+        stub = _stub_or_exit(Injector(cfg, oracle=oracle), cfg, use_fd)
         stack.callback(stub.close)
         # Everything imported so far lives for the whole process: move it out of the collector's
         # reach so a full collection (~35 ms over these objects) never lands inside a handler.
@@ -101,3 +79,25 @@ def run(
             log.error("nri: the pre-connected handshake never completed")
             raise typer.Exit(1)
     log.info("nri: stopped")
+
+
+def _with_flags(cfg: Config, socket_path: str | None, pod_resources_socket: str | None) -> Config:
+    """The flags over the file: each given flag replaces its config key."""
+    if socket_path is not None:
+        cfg = dataclasses.replace(cfg, nri=dataclasses.replace(cfg.nri, socket=socket_path))
+    if pod_resources_socket is not None:
+        cfg = dataclasses.replace(
+            cfg, kubelet=dataclasses.replace(cfg.kubelet, pod_resources_socket=pod_resources_socket)
+        )
+    return cfg
+
+
+def _stub_or_exit(injector: Injector, cfg: Config, use_fd: bool) -> Stub:
+    """The stub for the inherited socket or the configured one; a misconfigured one exits 2."""
+    try:
+        if use_fd:
+            return Stub.from_environment(injector, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index)
+        return Stub(injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index)
+    except NriError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc

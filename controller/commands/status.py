@@ -18,10 +18,11 @@ from typing import Annotated, Any
 import typer
 
 from controller.commands import load_config_or_exit
+from controller.core.cluster_view import unschedulable_shadows
 from controller.core.mapping import MappingCache
 from controller.core.model import build_snapshot
-from controller.io.kube import KubeClient
-from controller.loop import describe_node, unschedulable_message
+from controller.io.kube_client import KubeClient
+from controller.report import describe_node
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.errors import GpushareError
@@ -51,17 +52,12 @@ def api_only_status(cfg: Config, kubeconfig: str | None, why: str) -> dict[str, 
     """What the API alone says (no agent): records on shadows and sharers, node allocatable."""
     with KubeClient.from_kubeconfig(kubeconfig, timeout_s=10.0) as client:
         pods, _ = client.list_pods()
-        # The node's counts: the one raw GET status needs beyond the pod calls.
-        _, nodes = client._call("GET", "/api/v1/nodes")
+        nodes = client.list_nodes()
     snap = build_snapshot(pods, cfg)
-    unschedulable = {
-        f"{p['metadata']['namespace']}/{p['metadata']['name']}": m
-        for p in pods
-        if (p.get("metadata") or {}).get("namespace") == keys.SHADOW_NAMESPACE and (m := unschedulable_message(p))
-    }
+    unschedulable = unschedulable_shadows(pods)
     shadows, sharers = describe_node(snap, MappingCache(), unschedulable, cfg.real_resources)
     advertised: dict[str, int] = {}
-    for node in (nodes or {}).get("items") or ():
+    for node in nodes:
         if cfg.node_name and node["metadata"]["name"] != cfg.node_name:
             continue
         for resource, qty in ((node.get("status") or {}).get("allocatable") or {}).items():
@@ -128,7 +124,7 @@ def render_text(doc: dict[str, Any]) -> str:
 
 
 def _render_spot(doc: dict[str, Any], lines: list[str]) -> None:
-    """Spot (issue 8): how returns are seen, each GPU's state and why, the last return's latency."""
+    """Spot: how returns are seen, each GPU's state and why, the last return's latency."""
     rt = doc.get("spot_runtime") or {}
     if not rt and not doc.get("spot"):
         return

@@ -2,7 +2,7 @@
 
 A solver returns a list of actions; the loop applies them *in list order* (the spot
 return sequence depends on it: Unhealthy, kill, delete, release, undetect — design §6)
-and logs one line per action from ``log_fields()`` (style.md §2.5).
+and logs one line per action from ``log_fields()`` (one INFO line per decision).
 
     CreateShadow(key, name, manifest)          create a shadow pod (leader only)
     DeleteShadow(ref, reason)                  delete an idle shadow (leader only)
@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controller.core.model import PodRef, ShareKey
-from gpushare import keys
+from controller.core.model import ShareKey
+from controller.core.pod_facts import PodRef
+from gpushare.ids import format_spot_id
 
 # Eviction and event reasons: CamelCase as Kubernetes Events spell them; also the
 # `reason` label of gpushare_evictions_total.
@@ -102,7 +103,7 @@ class SetSpotHealth:
 
     @property
     def device_id(self) -> str:
-        return keys.SPOT_DEVICE_PREFIX + self.real_id
+        return format_spot_id(self.real_id)
 
     def log_fields(self) -> dict[str, Any]:
         return {"decision": "spot-health", "device": self.device_id, "healthy": self.is_healthy, "reason": self.reason}

@@ -1,8 +1,10 @@
-"""Detectors over the metrics model: the ``IdleDetector`` (design §6 "away", ``gpu-metrics.md`` §4).
+"""Detectors over the metrics model: the ``IdleDetector`` (design §6 "away"; rules in docs/metrics.md).
 
 Decision code: plain data in, plain data out; no clock (``now`` is passed in, seconds on
 any one steady clock; use wall-clock seconds if the tracks are persisted across restarts,
-design §9), no I/O, no threads.
+design §9), no I/O, no threads. The metrics model is read through the ``DeviceReading``
+shape, and ``verdict_from_status`` turns a device's status into the ``IdleVerdict`` that
+``plan_spot`` takes.
 
 The idle rules, exactly
 -----------------------
@@ -35,13 +37,22 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Literal, Protocol
 
-from controller.metrics.adapters.model import DeviceMetrics, Workload
 from gpushare.config import Config
 from gpushare.errors import ConfigError
 from gpushare.log import kv
 
-__all__ = ["DeviceTrack", "IdleDetector", "IdleState", "IdleStatus"]
+__all__ = [
+    "DeviceReading",
+    "DeviceTrack",
+    "IdleDetector",
+    "IdleState",
+    "IdleStatus",
+    "IdleVerdict",
+    "PodWorkload",
+    "verdict_from_status",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,33 @@ DEFAULT_WINDOW_S = 600.0
 DEFAULT_THRESHOLD_PCT = 0.0
 # About two scrape intervals (5 s) plus a timeout: one lost scrape does not break a streak.
 DEFAULT_MAX_GAP_S = 12.0
+
+
+class PodWorkload(Protocol):
+    """A pod the metrics say uses a device (``controller.metrics.adapters.Workload`` is one)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def pod(self) -> str: ...
+
+
+class DeviceReading(Protocol):
+    """What the detector reads of one device in a scrape (``controller.metrics.adapters.DeviceMetrics`` is one).
+
+    Decision code reads the metrics model through this shape instead of importing it, so
+    ``controller.core`` stays below ``controller.metrics``.
+    """
+
+    @property
+    def device_id(self) -> str: ...
+
+    @property
+    def utilization_pct(self) -> float | None: ...
+
+    @property
+    def workloads(self) -> tuple[PodWorkload, ...]: ...
 
 
 class IdleState(StrEnum):
@@ -80,7 +118,7 @@ class DeviceTrack:
     idle_since: float | None
     reason: str
     utilization_pct: float | None = None
-    workloads: tuple[Workload, ...] = ()
+    workloads: tuple[PodWorkload, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +131,8 @@ class IdleStatus:
     last_reading_at: float | None
     reason: str
     utilization_pct: float | None = None
-    # From the last reading; an idle device with none is "unallocated", not "wasted" (§4).
-    workloads: tuple[Workload, ...] = ()
+    # From the last reading; an idle device with none is "unallocated", not "wasted".
+    workloads: tuple[PodWorkload, ...] = ()
 
     @property
     def is_idle(self) -> bool:
@@ -138,7 +176,7 @@ class IdleDetector:
         device_id: str,
         utilization_pct: float | None,
         now: float,
-        workloads: tuple[Workload, ...] = (),
+        workloads: tuple[PodWorkload, ...] = (),
         *,
         unknown_reason: str = R_UNKNOWN,
     ) -> IdleStatus:
@@ -179,7 +217,7 @@ class IdleDetector:
             )
         return status
 
-    def observe_scrape(self, devices: Iterable[DeviceMetrics], now: float) -> dict[str, IdleStatus]:
+    def observe_scrape(self, devices: Iterable[DeviceReading], now: float) -> dict[str, IdleStatus]:
         """One successful scrape: each device's reading; a known device absent from it reads unknown."""
         out: dict[str, IdleStatus] = {}
         for device in devices:
@@ -252,3 +290,41 @@ class IdleDetector:
     def tracks(self) -> dict[str, DeviceTrack]:
         """A copy of the per-device memory, for persistence (pass it back as ``tracks=``)."""
         return dict(self._tracks)
+
+
+VerdictState = Literal["idle", "active", "unknown"]
+
+
+@dataclass(frozen=True)
+class IdleVerdict:
+    """The idle tracker's view of one real GPU, as plain data.
+
+    ``idle``: utilization at or below the threshold in every sample since ``idle_since``
+    (samples cover that span). ``active``: above the threshold now. ``unknown``: metrics
+    missing or invalid — never idle: unknown cannot vouch for the time it covers.
+
+    ``users`` are the pods (``ns/name``) whose *processes* use the GPU now, when the source
+    can attribute at process level; ``None`` when it cannot. An exporter that labels a
+    device with the pod it is *allocated* to must give ``None``: a borrower's work would
+    otherwise look like the owner's.
+    """
+
+    real_id: str
+    state: VerdictState
+    idle_since: float | None = None
+    users: frozenset[str] | None = None
+
+
+def verdict_from_status(real_id: str, status: IdleStatus, *, is_process_level: bool) -> IdleVerdict:
+    """The ``IdleDetector``'s status of a device as the verdict ``plan_spot`` takes.
+
+    ``is_process_level``: the source's workloads name the pods whose processes use the
+    device (a test's fake exporter); False for exporters that label the
+    pod the device is allocated to (dcgm-exporter and most vendor exporters).
+    """
+    users = frozenset(f"{w.namespace}/{w.pod}" for w in status.workloads) if is_process_level else None
+    if status.state in (IdleState.IDLE, IdleState.IDLING) and status.idle_since is not None:
+        return IdleVerdict(real_id, "idle", status.idle_since, users)
+    if status.state is IdleState.BUSY:
+        return IdleVerdict(real_id, "active", None, users)
+    return IdleVerdict(real_id, "unknown", None, None)

@@ -1,4 +1,4 @@
-"""Who uses which virtual device of which shadow, and who borrows which real GPU.
+"""Who uses which virtual device of which shadow, who holds (owns) and who borrows which real GPU.
 
 The mapping is never stored as truth (design §9): ``MappingCache.rebuild`` derives it,
 every pass and after any restart, from kubelet's PodResources rows and the pods alone,
@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 
 from controller.core.actions import AnnotatePod
 from controller.core.model import (
-    PodFacts,
-    PodKey,
-    PodRef,
+    Owner,
     PodResourcesEntry,
     ShadowPod,
     SharePod,
+    Snapshot,
     encode_owner_annotation,
     encode_users_annotation,
+    is_shadow,
 )
+from controller.core.pod_facts import PHASE_RUNNING, PodFacts, PodKey, PodRef
 from gpushare import keys
-from gpushare.errors import InstructionRefused
-from gpushare.ids import parse_virtual_id
+from gpushare.ids import parse_spot_id, parse_virtual_id_or_none
 
 
 @dataclass(frozen=True, order=True)
@@ -100,9 +100,8 @@ class MappingCache:
             if keys.parse_share_resource(e.resource) is not None:
                 by_shadow: dict[str, list[str]] = {}
                 for vid in e.device_ids:
-                    try:
-                        parsed = parse_virtual_id(vid)
-                    except InstructionRefused:
+                    parsed = parse_virtual_id_or_none(vid)
+                    if parsed is None:
                         problems.append(f"{e.pod_key}/{e.container}: {e.resource} device {vid!r} is not a virtual ID")
                         continue
                     by_shadow.setdefault(parsed.shadow_key, []).append(vid)
@@ -110,8 +109,9 @@ class MappingCache:
                     holdings.append(Holding(shadow_key, facts.ref, e.container, e.resource, tuple(sorted(vids))))
             elif e.resource == keys.RESOURCE_SPOT_GPU:
                 for dev in e.device_ids:
-                    if dev.startswith(keys.SPOT_DEVICE_PREFIX):
-                        borrowings.append(Borrowing(dev[len(keys.SPOT_DEVICE_PREFIX) :], facts.ref, e.container))
+                    real_id = parse_spot_id(dev)
+                    if real_id is not None:
+                        borrowings.append(Borrowing(real_id, facts.ref, e.container))
             elif e.resource in real_set:
                 real.append(RealHolding(facts.ref, e.container, e.resource, tuple(sorted(e.device_ids))))
         return cls(
@@ -137,6 +137,32 @@ class MappingCache:
             if real_id in h.real_ids:
                 return h
         return None
+
+    def owners(self, snapshot: Snapshot, real_resources: Iterable[str]) -> tuple[Owner, ...]:
+        """Every non-shadow container holding real GPUs, with its lendable flag and pid namespace (design §6)."""
+        wanted = frozenset(real_resources)
+        out: list[Owner] = []
+        for h in self.real:
+            facts = snapshot.pods.get(h.pod.key)
+            if facts is None or h.resource not in wanted or is_shadow(facts):
+                continue
+            container = next((c for c in facts.containers if c.name == h.container), None)
+            cid = container.container_id if container else ""
+            lendable = (
+                facts.labels.get(keys.LABEL_LENDABLE) == "true" or facts.ref.namespace in snapshot.lendable_namespaces
+            )
+            out.append(
+                Owner(
+                    ref=facts.ref,
+                    container=h.container,
+                    resource=h.resource,
+                    real_ids=h.real_ids,
+                    is_lendable=lendable,
+                    is_running=facts.phase == PHASE_RUNNING and facts.is_alive,
+                    pidns=snapshot.pidns_by_container.get(cid) if cid else None,
+                )
+            )
+        return tuple(out)
 
     def record_updates(self, shadows: Iterable[ShadowPod], sharers: Iterable[SharePod]) -> list[AnnotatePod]:
         """Annotations to write so the records match the mapping; only those that differ.

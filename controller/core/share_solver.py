@@ -32,7 +32,8 @@ from controller.core.actions import (
     SetDevices,
 )
 from controller.core.mapping import MappingCache
-from controller.core.model import PodRef, Pool, ShadowPod, ShareKey, SharePod, Snapshot
+from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
+from controller.core.pod_facts import PodRef
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import virtual_ids_of
@@ -72,7 +73,7 @@ def shadow_name(key: ShareKey, ordinal: int) -> str:
 
 
 def build_shadow_manifest(key: ShareKey, name: str, cfg: Config) -> dict[str, Any]:
-    """The shadow pod (API JSON): labels of §3, one sleeping ``main`` asking for one real GPU."""
+    """The shadow pod (API JSON): labels of design §3, one sleeping ``main`` asking for one real GPU."""
     one_gpu = {key.pool.resource: "1"}
     spec: dict[str, Any] = {
         "priorityClassName": cfg.shadow_priority_class,
@@ -153,7 +154,6 @@ def _taken_ordinals(snapshot: Snapshot, key: ShareKey) -> set[int]:
 def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float]) -> ShadowPlan:
     """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows."""
     configured = _configured_specs(cfg)
-    real_resources = set(cfg.real_resources)
     used = _used_slots(snapshot)
     actions: list[Action] = []
     new_empty: dict[str, float] = {}
@@ -175,7 +175,7 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
     for key in sorted(set(shadows_by_key) | set(pending_by_key) | warm_keys):
         pending = pending_by_key.get(key, [])
         alive = sorted(shadows_by_key.get(key, []), key=lambda s: s.ref)
-        is_served = (key.kind, key.spec) in configured and key.pool.resource in real_resources
+        is_served = (key.kind, key.spec) in configured and key.pool.resource in cfg.real_resources
         if not is_served:
             # No new shadow; the ones left from an earlier config still idle out.
             actions += _refuse_unknown(key, pending, cfg)
@@ -190,32 +190,56 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         create = -(-shortage // n) if shortage > 0 else 0  # exact integer ceil
         if create:
             reason = REASON_SHADOW_DEMAND if asked > free else REASON_WARM_POOL
-            taken = _taken_ordinals(snapshot, key)
-            ordinal = 0
-            for _ in range(create):
-                while ordinal in taken:
-                    ordinal += 1
-                taken.add(ordinal)
-                name = shadow_name(key, ordinal)
-                actions.append(CreateShadow(key, name, build_shadow_manifest(key, name, cfg), reason))
-
-        # Idle clocks: a shadow first seen empty (also right after a restart) only starts its clock.
-        idle: list[tuple[float, PodRef]] = []
-        for s in alive:
-            if used[s.ref.uid] == 0:
-                since = empty_since.get(s.ref.uid, now)
-                new_empty[s.ref.uid] = since
-                if now - since >= cfg.shadow_idle_timeout_s:
-                    idle.append((since, s.ref))
-        deleted = 0
-        for _since, ref in sorted(idle):  # the longest-idle first
-            if free - n < target:
-                break
-            actions.append(DeleteShadow(ref, REASON_SHADOW_IDLE))
-            free -= n
-            deleted += 1
-        demand.append(KeyDemand(key, len(alive), free + deleted * n, asked, create, deleted))
+            actions += _new_shadows(snapshot, cfg, key, create, reason)
+        clocks = {s.ref.uid: empty_since.get(s.ref.uid, now) for s in alive if used[s.ref.uid] == 0}
+        new_empty.update(clocks)
+        deletes = _idle_deletes(
+            alive, clocks, now=now, timeout_s=cfg.shadow_idle_timeout_s, spare_slots=free - target, spec=n
+        )
+        actions += deletes
+        demand.append(KeyDemand(key, len(alive), free, asked, create, len(deletes)))
     return ShadowPlan(tuple(actions), new_empty, tuple(demand))
+
+
+def _new_shadows(snapshot: Snapshot, cfg: Config, key: ShareKey, count: int, reason: str) -> list[Action]:
+    """Create ``count`` shadows of ``key`` under the lowest ordinals nobody uses or names."""
+    taken = _taken_ordinals(snapshot, key)
+    out: list[Action] = []
+    ordinal = 0
+    for _ in range(count):
+        while ordinal in taken:
+            ordinal += 1
+        taken.add(ordinal)
+        name = shadow_name(key, ordinal)
+        out.append(CreateShadow(key, name, build_shadow_manifest(key, name, cfg), reason))
+    return out
+
+
+def _idle_deletes(
+    alive: Iterable[ShadowPod],
+    empty_since: Mapping[str, float],
+    *,
+    now: float,
+    timeout_s: float,
+    spare_slots: int,
+    spec: int,
+) -> list[Action]:
+    """Delete shadows empty for ``timeout_s``, the longest-idle first, while the rest still cover the target.
+
+    ``empty_since`` has a clock for every empty shadow (one first seen empty, also right
+    after a restart, has only just started its clock). ``spare_slots`` is free minus target
+    and each deletion takes ``spec`` slots, so a deletion never triggers a create.
+    """
+    idle = sorted(
+        (since, s.ref) for s in alive if (since := empty_since.get(s.ref.uid)) is not None and now - since >= timeout_s
+    )
+    out: list[Action] = []
+    for _since, ref in idle:
+        if spare_slots < spec:
+            break
+        out.append(DeleteShadow(ref, REASON_SHADOW_IDLE))
+        spare_slots -= spec
+    return out
 
 
 def _refuse_unknown(key: ShareKey, pending: Iterable[SharePod], cfg: Config) -> list[Action]:

@@ -4,7 +4,7 @@
 who borrows it), the idle tracker's verdicts, this pass's kernel notices and what the
 kernel module is doing now go in; per-GPU states and ordered actions come out.
 
-States per real GPU of a lendable owner::
+States per real GPU of a lendable owner, one move per pass::
 
     busy --(idle for idleWindow, a return signal exists)--> away --(spot pod admitted)--> stolen
       ^                                                      |                              |
@@ -12,7 +12,11 @@ States per real GPU of a lendable owner::
               (kernel notice from the owner's pid namespace, or utilization by a pod
                that is not a borrower)
 
-Action order matters and the loop applies the list in order:
+``_step_owner`` picks each owner's move: ``_away``, ``_stolen`` and ``_busy`` (stay or
+enter that state), ``_back`` (reclaim), and ``_withdrawn``, which sends any state to busy
+when the owner stops lending or running and reclaims its borrowers. ``_step_unowned``
+does the same for a GPU no lendable owner holds. Each move returns an ``_Outcome``, and
+``plan_spot`` merges them into one ordered action list:
 
 - back: ``spot-<id>`` Unhealthy, SIGKILL every borrower container, delete the borrower
   pods with the reason, then ``release`` the owner's held ioctl and ``undetect``;
@@ -31,9 +35,8 @@ owner away and never evict a borrower by themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Literal
 
 from controller.core.actions import (
     REASON_NOT_LENDABLE,
@@ -45,47 +48,11 @@ from controller.core.actions import (
     KmodCommand,
     SetSpotHealth,
 )
-from controller.core.detectors import IdleState, IdleStatus
-from controller.core.mapping import Borrowing, MappingCache
-from controller.core.model import PHASE_RUNNING, Owner, PodRef, Snapshot, SpotPod, is_shadow
-from gpushare import keys
-
-VerdictState = Literal["idle", "active", "unknown"]
-
-
-@dataclass(frozen=True)
-class IdleVerdict:
-    """The idle tracker's view of one real GPU, as plain data.
-
-    ``idle``: utilization at or below the threshold in every sample since ``idle_since``
-    (samples cover that span). ``active``: above the threshold now. ``unknown``: metrics
-    missing or invalid — never idle (gpu-metrics.md §4).
-
-    ``users`` are the pods (``ns/name``) whose *processes* use the GPU now, when the source
-    can attribute at process level; ``None`` when it cannot. An exporter that labels a
-    device with the pod it is *allocated* to must give ``None``: a borrower's work would
-    otherwise look like the owner's.
-    """
-
-    real_id: str
-    state: VerdictState
-    idle_since: float | None = None
-    users: frozenset[str] | None = None
-
-
-def verdict_from_status(real_id: str, status: IdleStatus, *, is_process_level: bool) -> IdleVerdict:
-    """The ``IdleDetector``'s status of a device as the verdict ``plan_spot`` takes.
-
-    ``is_process_level``: the source's workloads name the pods whose processes use the
-    device (NVML process lists, a test's fake exporter); False for exporters that label the
-    pod the device is allocated to (dcgm-exporter and most vendor exporters).
-    """
-    users = frozenset(f"{w.namespace}/{w.pod}" for w in status.workloads) if is_process_level else None
-    if status.state in (IdleState.IDLE, IdleState.IDLING) and status.idle_since is not None:
-        return IdleVerdict(real_id, "idle", status.idle_since, users)
-    if status.state is IdleState.BUSY:
-        return IdleVerdict(real_id, "active", None, users)
-    return IdleVerdict(real_id, "unknown", None, None)
+from controller.core.detectors import IdleVerdict
+from controller.core.mapping import MappingCache
+from controller.core.model import Owner, Snapshot, SpotPod
+from controller.core.pod_facts import PodRef
+from gpushare.ids import format_spot_id
 
 
 @dataclass(frozen=True)
@@ -116,7 +83,7 @@ class GpuSpot:
 
     @property
     def device_id(self) -> str:
-        return keys.SPOT_DEVICE_PREFIX + self.real_id
+        return format_spot_id(self.real_id)
 
 
 @dataclass(frozen=True)
@@ -132,41 +99,71 @@ class SpotPlan:
         return tuple(g.real_id for g in self.gpus if g.state == SpotState.STOLEN)
 
 
-def owners_from(snapshot: Snapshot, mapping: MappingCache, real_resources: Iterable[str]) -> tuple[Owner, ...]:
-    """Every non-shadow container holding real GPUs on this node, with its lendable flag and pidns."""
-    wanted = frozenset(real_resources)
-    out: list[Owner] = []
-    for h in mapping.real:
-        facts = snapshot.pods.get(h.pod.key)
-        if facts is None or h.resource not in wanted or is_shadow(facts):
-            continue
-        container = next((c for c in facts.containers if c.name == h.container), None)
-        cid = container.container_id if container else ""
-        lendable = (
-            facts.labels.get(keys.LABEL_LENDABLE) == "true" or facts.ref.namespace in snapshot.lendable_namespaces
-        )
-        out.append(
-            Owner(
-                ref=facts.ref,
-                container=h.container,
-                resource=h.resource,
-                real_ids=h.real_ids,
-                is_lendable=lendable,
-                is_running=facts.phase == PHASE_RUNNING and facts.is_alive,
-                pidns=snapshot.pidns_by_container.get(cid) if cid else None,
-            )
-        )
-    return tuple(out)
+@dataclass(frozen=True)
+class _Inputs:
+    """What every transition reads: this pass's inputs, unchanged."""
+
+    mapping: MappingCache
+    spot_by_key: Mapping[str, SpotPod]
+    verdicts: Mapping[str, IdleVerdict]
+    notices: frozenset[int]
+    kmod: KmodView
+    back_at: Mapping[str, float]
+    now: float
+    idle_window_s: float
+
+    def borrowers_of(self, rids: Iterable[str]) -> list[SpotPod]:
+        """The spot pods holding ``spot-<id>`` of these GPUs and not finished, in pod order."""
+        found: dict[PodRef, SpotPod] = {}
+        for rid in rids:
+            for b in self.mapping.borrowers_of(rid):
+                pod = self.spot_by_key.get(b.borrower.key)
+                if pod is not None and not pod.facts.is_terminal:
+                    found[pod.ref] = pod
+        return [found[r] for r in sorted(found)]
 
 
-def _back_signal(
-    owner: Owner, verdicts: Mapping[str, IdleVerdict], borrower_keys: frozenset[str], notices: frozenset[int]
-) -> str:
+@dataclass(frozen=True)
+class _Outcome:
+    """What one owner (or one GPU without a lendable owner) adds to the plan."""
+
+    gpus: tuple[GpuSpot, ...]
+    # The return sequence, applied first: Unhealthy, kill, evict, then release/undetect.
+    urgent: tuple[Action, ...] = ()
+    healthy: frozenset[str] = frozenset()  # real IDs whose spot device turns Healthy
+    detect: frozenset[int] = frozenset()  # pid namespaces the kernel module must watch
+    undetected: frozenset[int] = frozenset()  # pid namespaces released and undetected in ``urgent``
+    returned: tuple[str, ...] = ()  # real IDs whose owner came back in this pass
+
+
+def _gpus(
+    owner: str, rids: Iterable[str], state: SpotState, why: str, pods: Iterable[SpotPod] = ()
+) -> tuple[GpuSpot, ...]:
+    borrowers = tuple(p.ref.key for p in pods)
+    return tuple(GpuSpot(rid, state, owner, borrowers, why) for rid in rids)
+
+
+def _reclaim(
+    owner: str, rids: tuple[str, ...], pods: list[SpotPod], reason: str, message: str, *, state: SpotState
+) -> _Outcome:
+    """Take the GPUs back from their borrowers, in the order that keeps the owner safe.
+
+    Unhealthy first (no new borrower), then kill through cgroups (not waiting on the API),
+    then delete the pods with the reason; still-terminating pods are killed again.
+    """
+    urgent: list[Action] = [SetSpotHealth(rid, False, reason) for rid in rids]
+    urgent += [KillContainers(p.ref, p.container_ids, reason) for p in pods if p.container_ids]
+    urgent += [Evict(p.ref, reason, message) for p in pods if not p.facts.is_terminating]
+    return _Outcome(_gpus(owner, rids, state, message, pods), tuple(urgent))
+
+
+def _back_signal(owner: Owner, pods: list[SpotPod], inputs: _Inputs) -> str:
     """Why the owner is back, or "" if it is not (design §6: kernel notice or non-borrower use)."""
-    if owner.pidns is not None and owner.pidns in notices:
+    if owner.pidns is not None and owner.pidns in inputs.notices:
         return f"kernel notice: a GPU ioctl from {owner.container_key}"
+    borrower_keys = frozenset(p.ref.key for p in pods)
     for rid in owner.real_ids:
-        v = verdicts.get(rid)
+        v = inputs.verdicts.get(rid)
         if v is not None and v.state == "active" and v.users is not None:
             strangers = sorted(v.users - borrower_keys)
             if strangers:
@@ -174,25 +171,141 @@ def _back_signal(
     return ""
 
 
-def _is_idle_for_window(
-    owner: Owner, verdicts: Mapping[str, IdleVerdict], back_at: Mapping[str, float], now: float, window_s: float
-) -> bool:
+def _is_watched(owner: Owner, inputs: _Inputs) -> bool:
+    """The kernel module watches the owner, or holds a call of it right now (its notice came)."""
+    return owner.pidns is not None and (owner.pidns in inputs.kmod.detecting or owner.pidns in inputs.notices)
+
+
+def _is_idle_for_window(owner: Owner, inputs: _Inputs) -> bool:
+    """Every GPU of the owner idle for the whole window, counted from its last return if later."""
     for rid in owner.real_ids:
-        v = verdicts.get(rid)
+        v = inputs.verdicts.get(rid)
         if v is None or v.state != "idle" or v.idle_since is None:
             return False
         # A return resets the clock even if the tracker's streak began before it: the owner's
         # held ioctl may not show up as utilization at all.
-        start = max(v.idle_since, back_at.get(rid, v.idle_since))
-        if now - start < window_s:
+        start = max(v.idle_since, inputs.back_at.get(rid, v.idle_since))
+        if inputs.now - start < inputs.idle_window_s:
             return False
     return True
 
 
-def _can_see_return(owner: Owner, verdicts: Mapping[str, IdleVerdict], kmod: KmodView) -> bool:
-    if kmod.available and owner.pidns is not None:
+def _can_see_return(owner: Owner, inputs: _Inputs) -> bool:
+    """The kernel module can watch the owner, or the metrics attribute GPU use to pods."""
+    if inputs.kmod.available and owner.pidns is not None:
         return True
-    return all((v := verdicts.get(rid)) is not None and v.users is not None for rid in owner.real_ids)
+    return all((v := inputs.verdicts.get(rid)) is not None and v.users is not None for rid in owner.real_ids)
+
+
+# -- transitions of a lendable owner's GPUs (module docstring) --------------------------------------------------
+
+
+def _withdrawn(owner: Owner, pods: list[SpotPod]) -> _Outcome:
+    """Any state -> busy: the owner stopped lending (label removed) or stopped running."""
+    if pods:
+        reason = REASON_NOT_LENDABLE if owner.is_running else REASON_OWNER_LEFT
+        message = _left_message(owner.container_key, reason)
+        return _reclaim(owner.container_key, owner.real_ids, pods, reason, message, state=SpotState.BUSY)
+    why = "owner is not lendable" if not owner.is_lendable else "owner is not running"
+    return _Outcome(_gpus(owner.container_key, owner.real_ids, SpotState.BUSY, why))
+
+
+def _back(owner: Owner, pods: list[SpotPod], signal: str, inputs: _Inputs) -> _Outcome:
+    """Away or stolen -> back: reclaim, then let the owner's held ioctl go and stop watching."""
+    message = f"gpushare: the GPU's owner {owner.container_key} is back ({signal}); its GPU is no longer lent"
+    out = _reclaim(owner.container_key, owner.real_ids, pods, REASON_OWNER_BACK, message, state=SpotState.BACK)
+    if not (inputs.kmod.available and owner.pidns is not None):
+        return replace(out, returned=owner.real_ids)
+    # Only after every borrower process is dead may the owner's ioctl proceed.
+    kmod = (KmodCommand("release", owner.pidns), KmodCommand("undetect", owner.pidns))
+    return replace(out, urgent=out.urgent + kmod, undetected=frozenset({owner.pidns}), returned=owner.real_ids)
+
+
+def _stolen(owner: Owner, pods: list[SpotPod], inputs: _Inputs) -> _Outcome:
+    """Stolen stays stolen; unknown metrics close the device to new borrowers but keep this one."""
+    rids = owner.real_ids
+    known = all((v := inputs.verdicts.get(rid)) is not None and v.state != "unknown" for rid in rids)
+    why = "lent" if known else "lent; metrics unknown, no new spot pods"
+    return _Outcome(
+        _gpus(owner.container_key, rids, SpotState.STOLEN, why, pods),
+        healthy=frozenset(rids) if known else frozenset(),
+        detect=_pidns_set(owner),
+    )
+
+
+def _away(owner: Owner, inputs: _Inputs) -> _Outcome:
+    """Busy -> away: idle for the whole window; the kernel module watches before the device turns Healthy."""
+    why = f"idle for {inputs.idle_window_s:g}s"
+    gpus = _gpus(owner.container_key, owner.real_ids, SpotState.AWAY, why)
+    return _Outcome(gpus, healthy=frozenset(owner.real_ids), detect=_pidns_set(owner))
+
+
+def _busy(owner: Owner, inputs: _Inputs) -> _Outcome:
+    """Busy stays busy: the owner's return could not be seen, or the metrics' verdict is not idle."""
+    if not _can_see_return(owner, inputs):
+        why = "no return signal: kernel module absent and metrics do not attribute GPU use to pods"
+        return _Outcome(_gpus(owner.container_key, owner.real_ids, SpotState.BUSY, why))
+    gpus = []
+    for rid in owner.real_ids:
+        verdict = inputs.verdicts.get(rid)
+        why = "metrics unknown" if verdict is None or verdict.state == "unknown" else f"owner {verdict.state}"
+        gpus.append(GpuSpot(rid, SpotState.BUSY, owner.container_key, (), why))
+    return _Outcome(tuple(gpus))
+
+
+def _step_owner(owner: Owner, inputs: _Inputs) -> _Outcome:
+    """The move this owner's GPUs make in this pass (the state diagram of the module docstring)."""
+    pods = inputs.borrowers_of(owner.real_ids)
+    if not (owner.is_lendable and owner.is_running):
+        return _withdrawn(owner, pods)
+    # A return counts while the GPU is lent or the owner watched, not while it is merely busy.
+    signal = _back_signal(owner, pods, inputs)
+    if signal and (pods or _is_watched(owner, inputs)):
+        return _back(owner, pods, signal, inputs)
+    if pods:
+        return _stolen(owner, pods, inputs)
+    if _can_see_return(owner, inputs) and _is_idle_for_window(owner, inputs):
+        return _away(owner, inputs)
+    return _busy(owner, inputs)
+
+
+def _step_unowned(rid: str, inputs: _Inputs) -> _Outcome:
+    """A GPU with no lendable owner: a borrower there lost its owner, unless the holder is not in the cache yet.
+
+    The owner's pod is gone, or a shadow or another tenant holds the GPU now.
+    """
+    pods = inputs.borrowers_of([rid])
+    if pods and rid not in inputs.mapping.unresolved_real:
+        reason = REASON_OWNER_LEFT if inputs.mapping.holder_of(rid) is None else REASON_NOT_LENDABLE
+        return _reclaim("", (rid,), pods, reason, _left_message(f"of {rid}", reason), state=SpotState.BUSY)
+    why = "holder not yet known" if rid in inputs.mapping.unresolved_real else "no lendable owner"
+    return _Outcome(_gpus("", (rid,), SpotState.BUSY, why, pods))
+
+
+def _pidns_set(owner: Owner) -> frozenset[int]:
+    return frozenset() if owner.pidns is None else frozenset({owner.pidns})
+
+
+def _kmod_commands(kmod: KmodView, notices: frozenset[int], added: set[int], outcomes: list[_Outcome]) -> list[Action]:
+    """Bring the kernel module's watch list in step, after the urgent sequences of this pass."""
+    undetected = frozenset().union(*(o.undetected for o in outcomes))
+    detect = frozenset().union(*(o.detect for o in outcomes))
+    detecting = kmod.detecting - undetected
+    released = set(undetected)
+    out: list[Action] = []
+    # Notices nobody is waiting on (a stale watch, an owner not lent out): release at once.
+    for pidns in sorted(notices - undetected - detect):
+        out.append(KmodCommand("release", pidns))
+        released.add(pidns)
+    for pidns in sorted(detecting - detect):
+        # A caller may be held right now (its notice still in flight): let it go, then stop watching.
+        if pidns not in released:
+            out.append(KmodCommand("release", pidns))
+        out.append(KmodCommand("undetect", pidns))
+    out += [KmodCommand("delete", p) for p in sorted(kmod.added - added)]
+    out += [KmodCommand("add", p) for p in sorted((added | detect) - kmod.added)]
+    out += [KmodCommand("detect", p) for p in sorted(detect - detecting)]
+    return out
 
 
 def plan_spot(
@@ -209,153 +322,36 @@ def plan_spot(
 ) -> SpotPlan:
     """Decide every spot device's health, the kernel module's watch list and any reclaim."""
     real_resources = tuple(real_resources)
-    notice_set = frozenset(notices)
     spot_by_key = {p.ref.key: p for p in snapshot.spot_pods}
-    owners = owners_from(snapshot, mapping, real_resources)
+    inputs = _Inputs(mapping, spot_by_key, verdicts, frozenset(notices), kmod, back_at, now, idle_window_s)
+    owners = sorted(mapping.owners(snapshot, real_resources), key=lambda o: (o.ref, o.container))
+    outcomes = [_step_owner(o, inputs) for o in owners]
+    gpus = {g.real_id: g for o in outcomes for g in o.gpus}
     real_ids = sorted(
         {rid for r in real_resources for rid in snapshot.allocatable.get(r, ())}
         | {rid for o in owners for rid in o.real_ids}
         | {b.real_id for b in mapping.borrowings}
     )
-
-    def borrowers_of(rids: Iterable[str]) -> list[SpotPod]:
-        found: dict[PodRef, SpotPod] = {}
-        for rid in rids:
-            for b in mapping.borrowers_of(rid):
-                pod = spot_by_key.get(b.borrower.key)
-                if pod is not None and not pod.facts.is_terminal:
-                    found[pod.ref] = pod
-        return [found[r] for r in sorted(found)]
-
-    # Urgent sequences first: [Unhealthy..., kill..., evict..., release/undetect...] per reclaim.
-    urgent: list[Action] = []
-    gpus: dict[str, GpuSpot] = {}
-    new_back_at = dict(back_at)
-    undetected_now: set[int] = set()
-    away_pidns: set[int] = set()
-    detect_pidns: set[int] = set()
-    add_pidns: set[int] = set()
-    healthy: set[str] = set()
-
-    def reclaim(
-        owner_key: str, rids: tuple[str, ...], pods: list[SpotPod], reason: str, message: str, *, state: SpotState
-    ) -> None:
-        # Unhealthy first (no new borrower), then kill through cgroups (not waiting on the
-        # API), then delete the pods with the reason; still-terminating pods are killed again.
-        urgent.extend(SetSpotHealth(rid, False, reason) for rid in rids)
-        urgent.extend(KillContainers(p.ref, p.container_ids, reason) for p in pods if p.container_ids)
-        urgent.extend(Evict(p.ref, reason, message) for p in pods if not p.facts.is_terminating)
-        for rid in rids:
-            gpus[rid] = GpuSpot(rid, state, owner_key, tuple(p.ref.key for p in pods), message)
-
-    for owner in sorted(owners, key=lambda o: (o.ref, o.container)):
-        rids = owner.real_ids
-        pods = borrowers_of(rids)
-        borrower_keys = frozenset(p.ref.key for p in pods)
-        if owner.is_lendable and owner.is_running and owner.pidns is not None:
-            add_pidns.add(owner.pidns)
-        if not (owner.is_lendable and owner.is_running):
-            if pods:
-                reason = REASON_NOT_LENDABLE if owner.is_running else REASON_OWNER_LEFT
-                reclaim(
-                    owner.container_key,
-                    rids,
-                    pods,
-                    reason,
-                    _left_message(owner.container_key, reason),
-                    state=SpotState.BUSY,
-                )
-            else:
-                why = "owner is not lendable" if not owner.is_lendable else "owner is not running"
-                for rid in rids:
-                    gpus[rid] = GpuSpot(rid, SpotState.BUSY, owner.container_key, (), why)
-            continue
-
-        signal = _back_signal(owner, verdicts, borrower_keys, notice_set)
-        was_watched = owner.pidns is not None and owner.pidns in kmod.detecting
-        if signal and (pods or was_watched or (owner.pidns is not None and owner.pidns in notice_set)):
-            message = f"gpushare: the GPU's owner {owner.container_key} is back ({signal}); its GPU is no longer lent"
-            reclaim(owner.container_key, rids, pods, REASON_OWNER_BACK, message, state=SpotState.BACK)
-            if kmod.available and owner.pidns is not None:
-                # Only after every borrower process is dead may the owner's ioctl proceed.
-                urgent.append(KmodCommand("release", owner.pidns))
-                urgent.append(KmodCommand("undetect", owner.pidns))
-                undetected_now.add(owner.pidns)
-            for rid in rids:
-                new_back_at[rid] = now
-            continue
-
-        if pods:
-            known = all((v := verdicts.get(rid)) is not None and v.state != "unknown" for rid in rids)
-            for rid in rids:
-                gpus[rid] = GpuSpot(
-                    rid,
-                    SpotState.STOLEN,
-                    owner.container_key,
-                    tuple(p.ref.key for p in pods),
-                    "lent" if known else "lent; metrics unknown, no new spot pods",
-                )
-            if known:
-                healthy.update(rids)
-            if owner.pidns is not None:
-                detect_pidns.add(owner.pidns)
-            continue
-
-        if not _can_see_return(owner, verdicts, kmod):
-            why = "no return signal: kernel module absent and metrics do not attribute GPU use to pods"
-            for rid in rids:
-                gpus[rid] = GpuSpot(rid, SpotState.BUSY, owner.container_key, (), why)
-            continue
-        if _is_idle_for_window(owner, verdicts, back_at, now, idle_window_s):
-            for rid in rids:
-                gpus[rid] = GpuSpot(rid, SpotState.AWAY, owner.container_key, (), f"idle for {idle_window_s:g}s")
-            healthy.update(rids)
-            if owner.pidns is not None:
-                detect_pidns.add(owner.pidns)
-                away_pidns.add(owner.pidns)
-            continue
-        for rid in rids:
-            state = verdicts.get(rid)
-            why = "metrics unknown" if state is None or state.state == "unknown" else f"owner {state.state}"
-            gpus[rid] = GpuSpot(rid, SpotState.BUSY, owner.container_key, (), why)
-
-    # GPUs with no lendable owner: a borrower there lost its owner (pod gone, or a shadow or
-    # another tenant holds the GPU now), unless the holder is a pod we cannot see yet.
     for rid in real_ids:
-        if rid in gpus:
-            continue
-        pods = borrowers_of([rid])
-        holder = mapping.holder_of(rid)
-        if pods and rid not in mapping.unresolved_real:
-            reason = REASON_OWNER_LEFT if holder is None else REASON_NOT_LENDABLE
-            reclaim("", (rid,), pods, reason, _left_message(f"of {rid}", reason), state=SpotState.BUSY)
-        else:
-            why = "holder not yet known" if rid in mapping.unresolved_real else "no lendable owner"
-            gpus[rid] = GpuSpot(rid, SpotState.BUSY, "", tuple(p.ref.key for p in pods), why)
+        if rid not in gpus:
+            outcome = _step_unowned(rid, inputs)
+            outcomes.append(outcome)
+            gpus.update((g.real_id, g) for g in outcome.gpus)
 
-    actions: list[Action] = list(urgent)
+    urgent = [a for o in outcomes for a in o.urgent]
+    healthy = set().union(*(o.healthy for o in outcomes))
     already_unhealthy = {a.real_id for a in urgent if isinstance(a, SetSpotHealth)}
-    for rid in real_ids:
-        if rid not in healthy and rid not in already_unhealthy:
-            actions.append(SetSpotHealth(rid, False, gpus[rid].reason))
+    actions = list(urgent)
+    actions += [
+        SetSpotHealth(rid, False, gpus[rid].reason)
+        for rid in real_ids
+        if rid not in healthy and rid not in already_unhealthy
+    ]
     if kmod.available:
-        detecting = kmod.detecting - undetected_now
-        released = set(undetected_now)
-        # Notices nobody is waiting on (a stale watch, an owner not lent out): release at once.
-        for pidns in sorted(notice_set - undetected_now):
-            if pidns not in away_pidns and pidns not in detect_pidns:
-                actions.append(KmodCommand("release", pidns))
-                released.add(pidns)
-        for pidns in sorted(detecting - detect_pidns):
-            # A caller may be held right now (its notice still in flight): let it go, then stop watching.
-            if pidns not in released:
-                actions.append(KmodCommand("release", pidns))
-            actions.append(KmodCommand("undetect", pidns))
-        actions += [KmodCommand("delete", p) for p in sorted(kmod.added - add_pidns)]
-        actions += [KmodCommand("add", p) for p in sorted((add_pidns | detect_pidns) - kmod.added)]
-        actions += [KmodCommand("detect", p) for p in sorted(detect_pidns - detecting)]
-    for rid in sorted(healthy):
-        actions.append(SetSpotHealth(rid, True, gpus[rid].reason))
+        added = {o.pidns for o in owners if o.is_lendable and o.is_running and o.pidns is not None}
+        actions += _kmod_commands(kmod, inputs.notices, added, outcomes)
+    actions += [SetSpotHealth(rid, True, gpus[rid].reason) for rid in sorted(healthy)]
+    new_back_at = {**back_at, **{rid: now for o in outcomes for rid in o.returned}}
     return SpotPlan(tuple(actions), tuple(gpus[rid] for rid in sorted(gpus)), new_back_at)
 
 
@@ -365,22 +361,10 @@ def _left_message(owner: str, reason: str) -> str:
     return f"gpushare: the owner {owner} released its GPU; a spot pod may not keep a GPU nobody lends"
 
 
-def borrowing_pods(mapping: MappingCache) -> dict[str, tuple[Borrowing, ...]]:
-    """Real ID -> borrowings, for ``gpushare status``."""
-    out: dict[str, list[Borrowing]] = {}
-    for b in mapping.borrowings:
-        out.setdefault(b.real_id, []).append(b)
-    return {k: tuple(v) for k, v in out.items()}
-
-
 __all__ = [
     "GpuSpot",
-    "IdleVerdict",
     "KmodView",
     "SpotPlan",
     "SpotState",
-    "borrowing_pods",
-    "owners_from",
     "plan_spot",
-    "verdict_from_status",
 ]

@@ -4,8 +4,8 @@ Everything else (which sharer uses which shadow, who borrows which GPU) is deriv
 from PodResources and the API server on every pass. What is kept:
 
 - timers: ``(kind, key) -> since`` in wall-clock seconds; kinds used by the controller are
-  ``shadow-empty`` (shadow uid -> first seen without sharers), ``spot-back`` (real ID ->
-  when its owner last came back) and ``idle`` (real ID -> start of an idle streak);
+  ``shadow-empty`` (shadow uid -> first seen without sharers) and ``spot-back`` (real ID ->
+  when its owner last came back);
 - counters: ``(name, label) -> total``, e.g. evictions by reason, so ``/metrics`` totals
   survive a restart.
 
@@ -28,7 +28,6 @@ FILE_NAME = "controller.sqlite3"
 
 TIMER_SHADOW_EMPTY = "shadow-empty"
 TIMER_SPOT_BACK = "spot-back"
-TIMER_IDLE = "idle"
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # version reached -> statements that take the previous version there
@@ -143,4 +142,4 @@ class StateStore:
         self.close()
 
 
-__all__ = ["SCHEMA_VERSION", "TIMER_IDLE", "TIMER_SHADOW_EMPTY", "TIMER_SPOT_BACK", "StateStore"]
+__all__ = ["SCHEMA_VERSION", "TIMER_SHADOW_EMPTY", "TIMER_SPOT_BACK", "StateStore"]

@@ -1,6 +1,6 @@
 """The NRI connection multiplexer: logical connections over one Unix stream socket.
 
-Wire format (nri-protocol.md §2): every frame is an 8-byte big-endian header — connection id
+Wire format (containerd/nri pkg/net/multiplex; docs/nri.md): every frame is an 8-byte big-endian header — connection id
 (uint32, 0 reserved), payload length (uint32) — followed by that many bytes of the logical
 connection's byte stream. Frames are stream chunks, not message boundaries.
 
@@ -168,7 +168,7 @@ class Mux:
         except (OSError, ValueError) as exc:
             # ValueError: select on a socket closed under us by close().
             reason = ConnectionClosed(f"gpushare: NRI socket read failed: {exc}")
-        except Exception as exc:  # top of a thread loop (style §2.4): log and end this connection
+        except Exception as exc:  # top of a thread loop: log and end this connection
             log.exception("mux: reader crashed")
             reason = ProtocolError(f"gpushare: NRI reader crashed: {exc!r}")
         self._shutdown(reason)

@@ -1,6 +1,6 @@
 """ttrpc over one logical mux connection: bytes and method names only.
 
-Framing (nri-protocol.md §1): a 10-byte big-endian header — data length (uint32), stream id
+Framing (containerd/ttrpc; docs/nri.md): a 10-byte big-endian header — data length (uint32), stream id
 (uint32), type (1 request, 2 response, 3 data), flags — then a protobuf ``ttrpc.Request`` or
 ``ttrpc.Response``. Clients use odd, strictly increasing stream ids starting at 1; the server
 answers on the same id. We never send more than 4 MiB of data (``MAX_MESSAGE``); we accept up
@@ -31,14 +31,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as _ProtoMessage
 
 from nri_plugin._pb import ttrpc_pb2
-from nri_plugin.errors import (
-    ConnectionClosed,
-    DeadlineExceeded,
-    InstructionRefused,
-    ProtocolError,
-    RpcStatusError,
-    TransportError,
-)
+from nri_plugin.errors import ConnectionClosed, DeadlineExceeded, ProtocolError, RpcStatusError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +131,7 @@ def encode_response(payload: bytes = b"", code: int = 0, message: str = "") -> b
 
 Send = Callable[[bytes], None]
 # A handler takes the request payload and returns the response payload. It raises
-# InstructionRefused (→ FAILED_PRECONDITION), RpcStatusError (→ its code) or anything else (→ INTERNAL).
+# RpcStatusError (→ its code) or anything else (→ INTERNAL); what a refusal means is the caller's business.
 Handler = Callable[[bytes], bytes]
 
 
@@ -321,8 +314,6 @@ class TtrpcServer:
     def _invoke(method: str, handler: Handler, payload: bytes) -> bytes:
         try:
             return encode_response(payload=handler(payload))
-        except InstructionRefused as exc:
-            return encode_response(code=Code.FAILED_PRECONDITION, message=str(exc))
         except RpcStatusError as exc:
             return encode_response(code=exc.code, message=exc.status_message)
         except Exception as exc:  # top of a handler call: the caller gets INTERNAL, we keep serving

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from deviceplugins.errors import DevicePluginError, DevicesRefused, InvalidShadow, UnknownDevices
 from deviceplugins.policies import (
-    Device,
-    Shadow,
+    AdvertisedDevice,
+    ShadowSlots,
     allocate_share,
     allocate_spot,
     parse_static_shadow,
@@ -18,6 +18,7 @@ from deviceplugins.policies import (
     share_devices,
 )
 from gpushare import codecs
+from gpushare.ids import format_spot_id, parse_spot_id
 
 NS = "gpushare-system"
 names = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
@@ -26,9 +27,9 @@ shadow_sets = st.lists(
 )
 
 
-def _share_world(spec_shadows: list[tuple[str, int]]) -> tuple[str, dict[str, Device]]:
+def _share_world(spec_shadows: list[tuple[str, int]]) -> tuple[str, dict[str, AdvertisedDevice]]:
     spec = spec_shadows[0][1]
-    shadows = [Shadow(NS, name, spec) for name, _ in spec_shadows]
+    shadows = [ShadowSlots(NS, name, spec) for name, _ in spec_shadows]
     resource = shadows[0].resource
     return resource, {d.id: d for d in share_devices(shadows, resource)}
 
@@ -92,7 +93,7 @@ real_ids = st.from_regex(r"GPU-[0-9a-f]{1,12}", fullmatch=True)
 @given(st.lists(real_ids, min_size=1, max_size=8, unique=True), st.data())
 def test_spot_allocate_refuses_every_unhealthy_and_only_those(ids: list[str], data: st.DataObject) -> None:
     healthy = {i: data.draw(st.booleans()) for i in ids}
-    advertised = {f"spot-{i}": Device(f"spot-{i}", h) for i, h in healthy.items()}
+    advertised = {format_spot_id(i): AdvertisedDevice(format_spot_id(i), h) for i, h in healthy.items()}
     owner = dict.fromkeys(ids, "nvidia.com/gpu")
     request = data.draw(st.lists(st.sampled_from(sorted(advertised)), unique=True, min_size=1))
     bad = sorted(r for r in request if not advertised[r].healthy)
@@ -104,12 +105,12 @@ def test_spot_allocate_refuses_every_unhealthy_and_only_those(ids: list[str], da
         alloc = allocate_spot("gpushare/spot-gpu", request, advertised, owner)
         (value,) = alloc.annotations.values()
         parsed = codecs.parse_devices_ids(value)
-        assert parsed.by_resource == (("nvidia.com/gpu", tuple(r.removeprefix("spot-") for r in request)),)
+        assert parsed.by_resource == (("nvidia.com/gpu", tuple(parse_spot_id(r) for r in request)),)
 
 
 @given(st.lists(real_ids, min_size=1, max_size=8, unique=True), st.data())
 def test_prefer_spot_puts_idle_first(ids: list[str], data: st.DataObject) -> None:
-    available = [f"spot-{i}" for i in ids]
+    available = [format_spot_id(i) for i in ids]
     lent = data.draw(st.lists(st.sampled_from(available), unique=True))
     size = data.draw(st.integers(min_value=1, max_value=len(available)))
     got = prefer_spot(available, [], size, lent)
@@ -125,5 +126,5 @@ def test_parse_static_shadow_total(text: str) -> None:
     except InvalidShadow as exc:
         assert "shadow" in str(exc)
         return
-    assert isinstance(shadow, Shadow) and 2 <= shadow.spec <= 64
+    assert isinstance(shadow, ShadowSlots) and 2 <= shadow.spec <= 64
     assert issubclass(InvalidShadow, DevicePluginError)

@@ -13,7 +13,7 @@ from gpushare import keys
 from gpushare.codecs import parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.errors import InstructionRefused
 from nri_plugin.decide import decide, find_instruction
-from nri_plugin.model import ContainerInfo, PodInfo, Snapshot
+from nri_plugin.model import ContainerInfo, PodInfo, RuntimeView
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
@@ -51,6 +51,6 @@ def test_find_instruction_and_decide_accept_or_refuse(pod_ann: dict[str, str], c
     try:
         instr = find_instruction(pod, ctr)
         if instr is not None:
-            decide(instr, pod, ctr, Snapshot(), allocated={})
+            decide(instr, pod, ctr, RuntimeView(), allocated={})
     except InstructionRefused as exc:
         assert str(exc).startswith("gpushare:")

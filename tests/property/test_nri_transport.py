@@ -1,5 +1,5 @@
 """Property tests of the mux and ttrpc decoders: round trip under any chunking, and garbage gives a
-result or our own TransportError, never another exception (style §2.8)."""
+result or our own TransportError, never another exception."""
 
 from __future__ import annotations
 

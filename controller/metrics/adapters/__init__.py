@@ -1,4 +1,4 @@
-"""Vendor GPU metrics adapters (design §10, ``gpu-metrics.md``).
+"""Vendor GPU metrics adapters (design §10; each vendor's names, units and quirks: docs/metrics.md).
 
 Each vendor's exporter text becomes the same per-device model, ``DeviceMetrics``: bytes,
 watts, percent, pods; unknown is None, never 0. One ``GpuAdapter`` per vendor, registered

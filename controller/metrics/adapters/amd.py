@@ -1,4 +1,4 @@
-"""AMD Device Metrics Exporter (``gpu-metrics.md`` §3.2): optional prefix, partitioned MI300."""
+"""AMD Device Metrics Exporter (ROCm/device-metrics-exporter): optional prefix, partitioned MI300."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Huawei Ascend npu-exporter (``gpu-metrics.md`` §3.4): 910 (HBM) and 310 (DDR), read-failure sentinels."""
+"""Huawei Ascend npu-exporter (Ascend/mind-cluster): 910 (HBM) and 310 (DDR), read-failure sentinels."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ MEM_RESERVED = "memory_reserved_bytes"
 POWER = "power_watts"
 WORKLOAD = "workload"
 
-# Label spellings for (namespace, pod, container), most trusted first (gpu-metrics.md §1, §2).
+# Label spellings for (namespace, pod, container), most trusted first (docs/metrics.md, "The model").
 # ``exported_*`` come first: they are the exporter's own labels after a Prometheus round
 # trip, and when they exist the plain ones are the *target's* labels (the exporter pod).
 EXPORTED_WORKLOAD_LABELS = ("exported_namespace", "exported_pod", "exported_container")

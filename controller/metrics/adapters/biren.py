@@ -1,4 +1,4 @@
-"""Biren: no public Prometheus exporter is known (``gpu-metrics.md`` §3.11). A stub that reads nothing."""
+"""Biren: no public Prometheus exporter is known. A stub that reads nothing."""
 
 from __future__ import annotations
 

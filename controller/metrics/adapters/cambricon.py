@@ -1,4 +1,4 @@
-"""Cambricon MLU mlu-exporter (``gpu-metrics.md`` §3.6): pods joined from ``<prefix>_container`` on uuid+vf."""
+"""Cambricon MLU mlu-exporter (Cambricon/mlu-exporter): pods joined from ``<prefix>_container`` on uuid+vf."""
 
 from __future__ import annotations
 

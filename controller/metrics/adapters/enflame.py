@@ -1,4 +1,4 @@
-"""Enflame GCU gcu-exporter (``gpu-metrics.md`` §3.5): watts come from power_consumption only."""
+"""Enflame GCU gcu-exporter (EnflameTechnology/gcu-exporter): watts come from power_consumption only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hygon DCU dcu-exporter (``gpu-metrics.md`` §3.3): physical DCUs and virtual DCUs (vDCU)."""
+"""Hygon DCU dcu-exporter (Project-HAMi/dcu-exporter): physical DCUs and virtual DCUs (vDCU)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Iluvatar CoreX ix-exporter (``gpu-metrics.md`` §3.7). Serials repeat: identity is the uuid."""
+"""Iluvatar CoreX ix-exporter (Deep-Spark/ix-exporter). Serials repeat: identity is the uuid."""
 
 from __future__ import annotations
 

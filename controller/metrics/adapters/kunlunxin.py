@@ -1,4 +1,4 @@
-"""Kunlunxin XPU xpu-exporter (``gpu-metrics.md`` §3.10). LOW CONFIDENCE: units and labels guessed."""
+"""Kunlunxin XPU xpu-exporter (shipped with the XPU device plugin). LOW CONFIDENCE: units and labels guessed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MetaX mx-exporter (``gpu-metrics.md`` §3.8). LOW CONFIDENCE: names and units from third parties."""
+"""MetaX mx-exporter (MACA SDK). LOW CONFIDENCE: names and units from third parties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The common per-device model every vendor adapter produces (``gpu-metrics.md`` §1, design §10).
+"""The common per-device model every vendor adapter produces (design §10; docs/metrics.md, "The model").
 
 Units are normalised here once: bytes, watts, percent 0-100. ``None`` always means
 "unknown" (not reported, unsupported, a sentinel, out of range) and is never 0.
@@ -51,7 +51,7 @@ class DeviceMetrics:
     timestamp_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's JSON object (issue 6): exactly these keys, unknowns as ``null``."""
+        """The object ``gpushare metrics parse -o json`` prints: exactly these keys, unknowns as ``null``."""
         return {
             "vendor": self.vendor,
             "index": self.index,

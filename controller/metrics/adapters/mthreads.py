@@ -1,4 +1,4 @@
-"""Moore Threads mtgpu exporter (``gpu-metrics.md`` §3.9). LOW CONFIDENCE: third-party names only."""
+"""Moore Threads mtgpu exporter (no public source). LOW CONFIDENCE: third-party names only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NVIDIA dcgm-exporter (``gpu-metrics.md`` §3.1): both label generations, MIG, blank sentinels."""
+"""NVIDIA dcgm-exporter (NVIDIA/dcgm-exporter): both label generations, MIG, blank sentinels."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Why our own and not ``prometheus_client``'s: that parser raises on the first bad line and
 so throws the whole scrape away (dcgm-exporter 3.x emitted ``ERROR - FAILED TO CONVERT TO
-STRING`` as a value; ``gpu-metrics.md`` §2). Here a line that does not parse is skipped
+STRING`` as a value for some families). Here a line that does not parse is skipped
 and counted, and every other line still counts. It is also a runtime dependency we do not
 need: the agent only reads exporter output.
 

@@ -9,9 +9,9 @@ import pytest
 from deviceplugins.errors import DevicesRefused, InvalidShadow, UnknownDevices
 from deviceplugins.policies import (
     FAKE_VISIBLE_ENV,
-    Device,
-    DeviceNode,
-    Shadow,
+    AdvertisedDevice,
+    DeviceMount,
+    ShadowSlots,
     allocate_fake,
     allocate_share,
     allocate_spot,
@@ -30,7 +30,7 @@ SHARE4 = "gpushare/share-gpu-4"
 SPOT = "gpushare/spot-gpu"
 
 
-def adv(*devices: Device) -> dict[str, Device]:
+def adv(*devices: AdvertisedDevice) -> dict[str, AdvertisedDevice]:
     return {d.id: d for d in devices}
 
 
@@ -42,49 +42,44 @@ def adv(*devices: Device) -> dict[str, Device]:
     [
         pytest.param([], SHARE4, [], id="no shadows"),
         pytest.param(
-            [Shadow(NS, "a", 4)],
+            [ShadowSlots(NS, "a", 4)],
             SHARE4,
             [f"{NS}/a-0", f"{NS}/a-1", f"{NS}/a-2", f"{NS}/a-3"],
             id="one shadow gives N slots",
         ),
         pytest.param(
-            [Shadow(NS, "b", 2), Shadow(NS, "a", 2)],
+            [ShadowSlots(NS, "b", 2), ShadowSlots(NS, "a", 2)],
             "gpushare/share-gpu-2",
             [f"{NS}/a-0", f"{NS}/a-1", f"{NS}/b-0", f"{NS}/b-1"],
             id="count is shadows x N, sorted by shadow",
         ),
-        pytest.param([Shadow(NS, "a", 4)], "gpushare/share-gpu-2", [], id="other spec not counted"),
+        pytest.param([ShadowSlots(NS, "a", 4)], "gpushare/share-gpu-2", [], id="other spec not counted"),
         pytest.param(
-            [Shadow(NS, "a", 4, keys.KIND_SHARE_DEV), Shadow(NS, "b", 4)],
+            [ShadowSlots(NS, "a", 4, keys.KIND_SHARE_DEV), ShadowSlots(NS, "b", 4)],
             "gpushare/share-dev-gpu-4",
             [f"{NS}/a-0", f"{NS}/a-1", f"{NS}/a-2", f"{NS}/a-3"],
             id="share-dev is its own resource",
         ),
     ],
 )
-def test_share_devices(shadows: list[Shadow], resource: str, want: list[str]) -> None:
+def test_share_devices(shadows: list[ShadowSlots], resource: str, want: list[str]) -> None:
     got = share_devices(shadows, resource)
     assert [d.id for d in got] == want
     assert all(d.healthy for d in got)
 
 
-def test_closed_shadow_is_unhealthy() -> None:
-    got = share_devices([Shadow(NS, "a", 2, healthy=False)], "gpushare/share-gpu-2")
-    assert [(d.id, d.health) for d in got] == [(f"{NS}/a-0", "Unhealthy"), (f"{NS}/a-1", "Unhealthy")]
-
-
 @pytest.mark.parametrize(
     ("shadows", "served", "fragment"),
     [
-        pytest.param([Shadow(NS, "a", 7)], [SHARE4], "gpushare/share-gpu-7 is not served", id="spec not served"),
-        pytest.param([Shadow(NS, "a", 4, "weird")], None, "kind 'weird'", id="bad kind"),
-        pytest.param([Shadow(NS, "a", 1)], None, "outside 2..64", id="spec too small"),
-        pytest.param([Shadow(NS, "a", 4), Shadow(NS, "a", 4)], None, "listed twice", id="duplicate"),
-        pytest.param([Shadow("Bad_NS", "a", 4)], None, "not a valid", id="bad namespace"),
-        pytest.param([Shadow(NS, "x" * 50, 4)], None, "longer than kubelet's 63", id="ID too long"),
+        pytest.param([ShadowSlots(NS, "a", 7)], [SHARE4], "gpushare/share-gpu-7 is not served", id="spec not served"),
+        pytest.param([ShadowSlots(NS, "a", 4, "weird")], None, "kind 'weird'", id="bad kind"),
+        pytest.param([ShadowSlots(NS, "a", 1)], None, "outside 2..64", id="spec too small"),
+        pytest.param([ShadowSlots(NS, "a", 4), ShadowSlots(NS, "a", 4)], None, "listed twice", id="duplicate"),
+        pytest.param([ShadowSlots("Bad_NS", "a", 4)], None, "not a valid", id="bad namespace"),
+        pytest.param([ShadowSlots(NS, "x" * 50, 4)], None, "longer than kubelet's 63", id="ID too long"),
     ],
 )
-def test_check_shadows_refuses(shadows: list[Shadow], served: list[str] | None, fragment: str) -> None:
+def test_check_shadows_refuses(shadows: list[ShadowSlots], served: list[str] | None, fragment: str) -> None:
     with pytest.raises(InvalidShadow) as exc:
         check_shadows(shadows, served)
     assert fragment in str(exc.value)
@@ -92,18 +87,18 @@ def test_check_shadows_refuses(shadows: list[Shadow], served: list[str] | None, 
 
 def test_check_shadows_lists_every_problem() -> None:
     with pytest.raises(InvalidShadow) as exc:
-        check_shadows([Shadow(NS, "a", 1), Shadow(NS, "b", 4, "weird")], None)
+        check_shadows([ShadowSlots(NS, "a", 1), ShadowSlots(NS, "b", 4, "weird")], None)
     assert len(exc.value.problems) == 2
 
 
 @pytest.mark.parametrize(
     ("text", "want"),
     [
-        ("ns/sh:4", Shadow("ns", "sh", 4, keys.KIND_SHARE)),
-        ("ns/sh-x.1:8:share-dev", Shadow("ns", "sh-x.1", 8, keys.KIND_SHARE_DEV)),
+        ("ns/sh:4", ShadowSlots("ns", "sh", 4, keys.KIND_SHARE)),
+        ("ns/sh-x.1:8:share-dev", ShadowSlots("ns", "sh-x.1", 8, keys.KIND_SHARE_DEV)),
     ],
 )
-def test_parse_static_shadow(text: str, want: Shadow) -> None:
+def test_parse_static_shadow(text: str, want: ShadowSlots) -> None:
     assert parse_static_shadow(text) == want
 
 
@@ -120,12 +115,12 @@ def test_parse_static_shadow_refuses(text: str) -> None:
 # --- share Allocate ------------------------------------------------------------------------
 
 SHARE_ADV = adv(
-    Device(f"{NS}/a-0"),
-    Device(f"{NS}/a-1"),
-    Device(f"{NS}/a-2"),
-    Device(f"{NS}/a-3"),
-    Device(f"{NS}/b-0"),
-    Device(f"{NS}/c-0", healthy=False),
+    AdvertisedDevice(f"{NS}/a-0"),
+    AdvertisedDevice(f"{NS}/a-1"),
+    AdvertisedDevice(f"{NS}/a-2"),
+    AdvertisedDevice(f"{NS}/a-3"),
+    AdvertisedDevice(f"{NS}/b-0"),
+    AdvertisedDevice(f"{NS}/c-0", healthy=False),
 )
 
 
@@ -183,7 +178,9 @@ def test_spot_devices_skip_too_long_and_duplicates() -> None:
     assert set(got.skipped) == {"x", long_id}
 
 
-SPOT_ADV = adv(Device("spot-GPU-0"), Device("spot-GPU-1", healthy=False), Device("spot-7"))
+SPOT_ADV = adv(
+    AdvertisedDevice("spot-GPU-0"), AdvertisedDevice("spot-GPU-1", healthy=False), AdvertisedDevice("spot-7")
+)
 OWNER = {"GPU-0": "nvidia.com/gpu", "GPU-1": "nvidia.com/gpu", "7": "amd.com/gpu"}
 
 
@@ -256,11 +253,13 @@ def test_prefer_spot(available: list[str], must: list[str], size: int, lent: lis
 def test_allocate_fake_like_a_vendor() -> None:
     ids = fake_device_ids(3)
     assert ids == ["fakegpu0", "fakegpu1", "fakegpu2"]
-    alloc = allocate_fake("example.com/gpu", ["fakegpu2", "fakegpu0"], adv(*(Device(i) for i in ids)), "/tmp/dev/")
+    alloc = allocate_fake(
+        "example.com/gpu", ["fakegpu2", "fakegpu0"], adv(*(AdvertisedDevice(i) for i in ids)), "/tmp/dev/"
+    )
     assert alloc.envs == {FAKE_VISIBLE_ENV: "fakegpu2,fakegpu0"}
     assert alloc.devices == (
-        DeviceNode("/dev/fakegpu2", "/tmp/dev/fakegpu2", "rw"),
-        DeviceNode("/dev/fakegpu0", "/tmp/dev/fakegpu0", "rw"),
+        DeviceMount("/dev/fakegpu2", "/tmp/dev/fakegpu2", "rw"),
+        DeviceMount("/dev/fakegpu0", "/tmp/dev/fakegpu0", "rw"),
     )
     assert alloc.annotations == {}
     assert json.dumps(dict(alloc.envs))  # plain data
@@ -268,4 +267,4 @@ def test_allocate_fake_like_a_vendor() -> None:
 
 def test_allocate_fake_unknown() -> None:
     with pytest.raises(UnknownDevices, match="fakegpu9"):
-        allocate_fake("example.com/gpu", ["fakegpu9"], adv(Device("fakegpu0")), "/dev")
+        allocate_fake("example.com/gpu", ["fakegpu9"], adv(AdvertisedDevice("fakegpu0")), "/dev")

@@ -1,4 +1,4 @@
-"""Property tests of the netlink message codec and the command parser (style.md §2.8)."""
+"""Property tests of the netlink message codec and the command parser."""
 
 from __future__ import annotations
 

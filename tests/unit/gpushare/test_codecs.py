@@ -14,7 +14,6 @@ from gpushare.codecs import (
     parse_same_pod_annotations,
 )
 from gpushare.errors import InstructionRefused
-from gpushare.ids import parse_virtual_id, virtual_ids_of
 
 
 def test_devices_from_round_trip() -> None:
@@ -69,16 +68,6 @@ def test_same_pod_forms() -> None:
 def test_same_pod_refuses_other_pods(value: str) -> None:
     with pytest.raises(InstructionRefused):
         parse_same_pod_annotations({keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": value})
-
-
-def test_virtual_ids() -> None:
-    ids = virtual_ids_of("gpushare-system", "shadow-x-1", 3)
-    assert ids == ["gpushare-system/shadow-x-1-0", "gpushare-system/shadow-x-1-1", "gpushare-system/shadow-x-1-2"]
-    vid = parse_virtual_id(ids[2])
-    assert (vid.namespace, vid.shadow, vid.index) == ("gpushare-system", "shadow-x-1", 2)
-    for bad in ("nope", "ns/pod", "ns/pod-", "ns/pod-01", "/pod-1"):
-        with pytest.raises(InstructionRefused):
-            parse_virtual_id(bad)
 
 
 def test_share_resource_names() -> None:

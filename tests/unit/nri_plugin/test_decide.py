@@ -18,15 +18,15 @@ from nri_plugin.decide import (
     find_instruction,
     usable_devices,
 )
-from nri_plugin.model import Bundle, ContainerInfo, Device, PodInfo, Snapshot, build_snapshot
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, build_runtime_view
 
 VIS = ("NVIDIA_VISIBLE_DEVICES", "FAKE_VISIBLE_DEVICES")
-GPU0 = Device("/dev/nvidia0", "c", 195, 0, 0o666)
-CTL = Device("/dev/nvidiactl", "c", 195, 255, 0o666)
-GPU1 = Device("/dev/nvidia1", "c", 195, 1, 0o666)
-LOOP = Device("/dev/loop0", "b", 7, 0)
-OUTSIDE = Device("/tmp/fakegpu", "c", 1, 3)
-SNEAKY = Device("/dev/../etc/x", "c", 1, 3)
+GPU0 = DeviceNode("/dev/nvidia0", "c", 195, 0, 0o666)
+CTL = DeviceNode("/dev/nvidiactl", "c", 195, 255, 0o666)
+GPU1 = DeviceNode("/dev/nvidia1", "c", 195, 1, 0o666)
+LOOP = DeviceNode("/dev/loop0", "b", 7, 0)
+OUTSIDE = DeviceNode("/tmp/fakegpu", "c", 1, 3)
+SNEAKY = DeviceNode("/dev/../etc/x", "c", 1, 3)
 
 SHADOW = PodInfo("sp", "shadow-a", "gpushare-system", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
 NOT_SHADOW = PodInfo("np", "plain", "gpushare-system")
@@ -45,10 +45,10 @@ PLAIN_MAIN = ContainerInfo("c-plain", "np", "main", devices=(GPU0,))
 OWNER_MAIN = ContainerInfo("c-owner", "op", "main", env=(("NVIDIA_VISIBLE_DEVICES", "GPU-9"),), devices=(GPU1,))
 
 
-def snapshot(*extra: tuple[PodInfo, ContainerInfo]) -> Snapshot:
+def node_view(*extra: tuple[PodInfo, ContainerInfo]) -> RuntimeView:
     pods = [SHADOW, NOT_SHADOW, OWNER] + [p for p, _ in extra]
     ctrs = [SHADOW_MAIN, PLAIN_MAIN, OWNER_MAIN] + [c for _, c in extra]
-    return build_snapshot(pods, ctrs, VIS)
+    return build_runtime_view(pods, ctrs, VIS)
 
 
 def tenant(
@@ -134,7 +134,7 @@ def test_ids_instruction() -> None:
 # --- same pod (DinD) --------------------------------------------------------------------------
 
 
-def _same_pod(source_devices: tuple[Device, ...], target_env: tuple[tuple[str, str], ...] = ()) -> tuple:
+def _same_pod(source_devices: tuple[DeviceNode, ...], target_env: tuple[tuple[str, str], ...] = ()) -> tuple:
     pod = PodInfo("dp", "dind-pod", "team", annotations={keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": "main"})
     main = ContainerInfo(
         "c-main",
@@ -150,7 +150,7 @@ def _same_pod(source_devices: tuple[Device, ...], target_env: tuple[tuple[str, s
 
 def test_same_pod_injects_char_devices_env_and_cdi() -> None:
     pod, main, dind = _same_pod((GPU0, CTL))
-    d = decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+    d = decide(SamePod("main"), pod, dind, node_view((pod, main)))
     assert d.source == "team/dind-pod/main"
     assert d.adjustment == Bundle(
         (GPU0, CTL), (("NVIDIA_VISIBLE_DEVICES", "0"),), (("cdi.k8s.io/x", "vendor.com/gpu=0"),)
@@ -160,7 +160,7 @@ def test_same_pod_injects_char_devices_env_and_cdi() -> None:
 
 def test_same_pod_skips_block_and_outside_devices_but_injects_the_rest() -> None:
     pod, main, dind = _same_pod((LOOP, GPU0, OUTSIDE, SNEAKY))
-    d = decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+    d = decide(SamePod("main"), pod, dind, node_view((pod, main)))
     assert d.adjustment.devices == (GPU0,)
     assert d.skipped == ("/dev/loop0 (block device)", "/tmp/fakegpu (not under /dev)", "/dev/../etc/x (not under /dev)")
 
@@ -173,37 +173,37 @@ def test_same_pod_skips_block_and_outside_devices_but_injects_the_rest() -> None
         ((OUTSIDE,), r"skipped: /tmp/fakegpu \(not under /dev\)"),
     ],
 )
-def test_same_pod_source_without_usable_devices_is_refused(devices: tuple[Device, ...], needle: str) -> None:
+def test_same_pod_source_without_usable_devices_is_refused(devices: tuple[DeviceNode, ...], needle: str) -> None:
     pod, main, dind = _same_pod(devices)
     with pytest.raises(InstructionRefused, match=needle):
-        decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+        decide(SamePod("main"), pod, dind, node_view((pod, main)))
 
 
 def test_same_pod_source_not_created_yet_is_refused_with_retry_hint() -> None:
     pod, _, dind = _same_pod((GPU0,))
     with pytest.raises(InstructionRefused, match=r"not created yet.*kubelet retries"):
-        decide(SamePod("main"), pod, dind, snapshot())
+        decide(SamePod("main"), pod, dind, node_view())
 
 
 def test_same_pod_never_reaches_into_another_pod() -> None:
     # "main" exists, but in the shadow pod: a pod annotation resolves only inside its own pod.
     pod, _, dind = _same_pod((GPU0,))
     with pytest.raises(InstructionRefused, match="not a created container of pod team/dind-pod"):
-        decide(SamePod("main"), pod, dind, snapshot())
+        decide(SamePod("main"), pod, dind, node_view())
 
 
 def test_nothing_already_present_is_added_again_and_nothing_is_removed() -> None:
     pod, main, dind = _same_pod((GPU0,), target_env=(("NVIDIA_VISIBLE_DEVICES", "0"),))
     dind = ContainerInfo(dind.id, dind.pod_id, dind.name, env=dind.env, devices=(GPU0,))
-    d = decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+    d = decide(SamePod("main"), pod, dind, node_view((pod, main)))
     assert d.adjustment.devices == () and d.adjustment.env == ()
 
 
 def test_conflicting_device_at_same_path_is_refused() -> None:
     pod, main, dind = _same_pod((GPU0,))
-    dind = ContainerInfo(dind.id, dind.pod_id, dind.name, devices=(Device("/dev/nvidia0", "c", 1, 3),))
+    dind = ContainerInfo(dind.id, dind.pod_id, dind.name, devices=(DeviceNode("/dev/nvidia0", "c", 1, 3),))
     with pytest.raises(InstructionRefused, match="never replaces"):
-        decide(SamePod("main"), pod, dind, snapshot((pod, main)))
+        decide(SamePod("main"), pod, dind, node_view((pod, main)))
 
 
 # --- cross-pod shadow source ------------------------------------------------------------------
@@ -218,7 +218,7 @@ def _shadow_instr(ids: list[str] = [VID0], source: str = "shadow-a") -> ShadowSo
 
 def test_shadow_source_confirmed_by_podresources_is_injected() -> None:
     pod, ctr = tenant()
-    d = decide(_shadow_instr(), pod, ctr, snapshot(), allocated={SHARE4: frozenset({VID0})})
+    d = decide(_shadow_instr(), pod, ctr, node_view(), allocated={SHARE4: frozenset({VID0})})
     assert d.source == "gpushare-system/shadow-a/main"
     assert d.adjustment.devices == (GPU0, CTL)
     assert d.adjustment.env == (("NVIDIA_VISIBLE_DEVICES", "GPU-1"),)
@@ -242,18 +242,18 @@ def test_shadow_source_refusals(
 ) -> None:
     pod, ctr = tenant()
     with pytest.raises(InstructionRefused, match=needle):
-        decide(_shadow_instr(instr_ids, source), pod, ctr, snapshot(), allocated=allocated)
+        decide(_shadow_instr(instr_ids, source), pod, ctr, node_view(), allocated=allocated)
 
 
 def test_shadow_pod_or_container_not_created_yet_is_retryable() -> None:
     pod, ctr = tenant()
     allocated = {SHARE4: frozenset({VID0})}
     with pytest.raises(InstructionRefused, match=r"not known on this node.*kubelet retries"):
-        decide(_shadow_instr(), pod, ctr, Snapshot(), allocated=allocated)
+        decide(_shadow_instr(), pod, ctr, RuntimeView(), allocated=allocated)
     # The pod is known (Synchronize, or another of its containers) but "main" is not created yet.
-    snap = build_snapshot([SHADOW], [ContainerInfo("x", "sp", "sidecar", devices=(GPU0,))], VIS)
+    view = build_runtime_view([SHADOW], [ContainerInfo("x", "sp", "sidecar", devices=(GPU0,))], VIS)
     with pytest.raises(InstructionRefused, match=r'container "main" .* not created yet'):
-        decide(_shadow_instr(), pod, ctr, snap, allocated=allocated)
+        decide(_shadow_instr(), pod, ctr, view, allocated=allocated)
 
 
 # --- real IDs (spot) --------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_real_ids_take_the_bundle_of_the_container_holding_exactly_those_ids() -
         _ids_instr({"nvidia.com/gpu": ["GPU-9"]}),
         pod,
         ctr,
-        snapshot(),
+        node_view(),
         allocated={keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-9"})},
     )
     assert d.source == "team/owner/main"
@@ -296,7 +296,7 @@ def test_real_ids_take_the_bundle_of_the_container_holding_exactly_those_ids() -
 def test_real_ids_refusals(ids: dict[str, list[str]], allocated: dict[str, frozenset[str]] | None, needle: str) -> None:
     pod, ctr = tenant()
     with pytest.raises(InstructionRefused, match=needle):
-        decide(_ids_instr(ids), pod, ctr, snapshot(), allocated=allocated)
+        decide(_ids_instr(ids), pod, ctr, node_view(), allocated=allocated)
 
 
 def test_real_ids_from_resolver_when_no_holder_is_known() -> None:
@@ -305,7 +305,7 @@ def test_real_ids_from_resolver_when_no_holder_is_known() -> None:
         _ids_instr({"nvidia.com/gpu": ["GPU-7"]}),
         pod,
         ctr,
-        snapshot(),
+        node_view(),
         allocated={keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-7"})},
         resolved={"nvidia.com/gpu": Bundle((GPU1, LOOP), (("NVIDIA_VISIBLE_DEVICES", "GPU-7"),))},
     )
@@ -321,17 +321,17 @@ def test_real_ids_from_resolver_when_no_holder_is_known() -> None:
     ("device", "ok"),
     [
         (GPU0, True),
-        (Device("/dev/dri/card0", "c", 226, 0), True),
+        (DeviceNode("/dev/dri/card0", "c", 226, 0), True),
         (LOOP, False),
         (OUTSIDE, False),
         (SNEAKY, False),
-        (Device("/dev/", "c", 1, 1), False),
-        (Device("/dev//x", "c", 1, 1), False),
-        (Device("/dev/x", "p", 0, 0), False),
-        (Device("/dev/x", "c", -1, 0), False),
+        (DeviceNode("/dev/", "c", 1, 1), False),
+        (DeviceNode("/dev//x", "c", 1, 1), False),
+        (DeviceNode("/dev/x", "p", 0, 0), False),
+        (DeviceNode("/dev/x", "c", -1, 0), False),
     ],
 )
-def test_usable_devices(device: Device, ok: bool) -> None:
+def test_usable_devices(device: DeviceNode, ok: bool) -> None:
     keep, skipped = usable_devices((device,))
     assert (keep == (device,)) is ok
     assert (len(skipped) == 1) is (not ok)

@@ -51,7 +51,7 @@ def test_synchronize_then_remove_events_keep_the_index() -> None:
     with pytest.raises(InstructionRefused, match="not created yet"):
         inj.create_container(_pod("p1", **DIND), _ctr("c3", "dind", "p1", dev=False))
     inj.remove_pod_sandbox(_pod("p1"))
-    assert inj.cache.snapshot.pods == {} and inj.cache.snapshot.containers == {}
+    assert inj.cache.view.pods == {} and inj.cache.view.containers == {}
 
 
 def test_a_target_becomes_a_source_with_what_it_was_given() -> None:
@@ -98,4 +98,4 @@ def test_cross_pod_without_a_working_oracle_is_refused(oracle: Oracle | None, ne
     with pytest.raises(InstructionRefused, match=needle):
         inj.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
     # A refused container is not remembered as a source.
-    assert "ct" not in inj.cache.snapshot.containers
+    assert "ct" not in inj.cache.view.containers

@@ -1,4 +1,4 @@
-"""Decision code never imports transport, protobuf, threads or the clock (style §2.2)."""
+"""Decision code never imports transport, protobuf, threads or the clock (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,11 @@ def test_transport_knows_nothing_of_nri() -> None:
         mods = _imports(path)
         assert not {m for m in mods if m.startswith(("nri_plugin.decide", "nri_plugin.stub", "gpushare.codecs"))}
         assert "nri_plugin._pb.nri_pb2" not in mods
+
+
+def test_transport_maps_no_domain_error() -> None:
+    # Refused instructions are the stub's to turn into a status code; the transport only
+    # answers the code of an RpcStatusError, so it imports nothing of the shared contract.
+    for path in (PKG / "transport").glob("*.py"):
+        mods = _imports(path)
+        assert not {m for m in mods if m.startswith("gpushare") or m.endswith(".InstructionRefused")}, path.name

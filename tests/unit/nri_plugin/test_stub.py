@@ -189,9 +189,9 @@ def test_dedicated_v012_remove_rpcs_reach_the_plugin(
     main = _ctr("c1", "main")
     assert _create(runtime, pod, main).code == 0
     assert runtime.call("RemoveContainer", nri_pb2.RemoveContainerRequest(pod=pod, container=main)).code == 0
-    assert "c1" not in injector.cache.snapshot.containers
+    assert "c1" not in injector.cache.view.containers
     assert runtime.call("RemovePodSandbox", nri_pb2.RemovePodSandboxRequest(pod=pod)).code == 0
-    assert "p1" not in injector.cache.snapshot.pods
+    assert "p1" not in injector.cache.view.pods
     # An event the plugin does not handle is still answered (it is simply not subscribed).
     assert runtime.call("StartContainer", nri_pb2.RemoveContainerRequest(pod=pod, container=main)).code == 0
 
@@ -203,7 +203,7 @@ def test_split_synchronize_is_collected(runtime: FakeRuntime, running: Running, 
     last = runtime.call("Synchronize", nri_pb2.SynchronizeRequest(containers=[_ctr("c1", "main")]))
     resp = nri_pb2.SynchronizeResponse.FromString(last.payload)
     assert not resp.more and not resp.update
-    assert set(injector.cache.snapshot.containers) == {"c1"}
+    assert set(injector.cache.view.containers) == {"c1"}
     assert _create(runtime, pod, nri_pb2.Container(id="c2", pod_sandbox_id="p1", name="dind")).code == 0
 
 

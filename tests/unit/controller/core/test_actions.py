@@ -18,7 +18,8 @@ from controller.core.actions import (
     SetSpotHealth,
     describe,
 )
-from controller.core.model import PodRef, Pool, ShareKey
+from controller.core.model import Pool, ShareKey
+from controller.core.pod_facts import PodRef
 
 REF = PodRef("ns", "p", "u")
 KEY = ShareKey(Pool("nvidia.com/gpu"), "share", 4)

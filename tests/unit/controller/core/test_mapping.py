@@ -5,7 +5,7 @@ import random
 import pytest
 
 from controller.core.mapping import Borrowing, Holding, MappingCache, RealHolding
-from controller.core.model import PodRef
+from controller.core.pod_facts import PodRef
 from gpushare import keys
 from tests.unit.controller.podmaker import NODE, pod, row, shadow, sharer, snap
 

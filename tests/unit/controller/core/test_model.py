@@ -1,59 +1,20 @@
-from __future__ import annotations
+"""The design's roles read from pods (shadows, sharers, spot pods), pools, and the mapping records."""
 
-from typing import Any
+from __future__ import annotations
 
 import pytest
 
 from controller.core.model import (
-    PodRef,
     Pool,
     ShareKey,
     encode_owner_annotation,
     encode_users_annotation,
     parse_owner_annotation,
-    parse_pod,
     parse_users_annotation,
 )
-from controller.errors import InvalidObject
 from gpushare import keys
 from gpushare.config import Config
 from tests.unit.controller.podmaker import NODE, pod, shadow, sharer, snap
-
-
-def test_to_dict_and_api_json_spellings_read_the_same() -> None:
-    args: dict[str, Any] = {
-        "node": NODE,
-        "phase": "Running",
-        "selector": {"zone": "a"},
-        "requests": {"gpushare/share-gpu-4": 1, "cpu": "100m"},
-        "container_ids": {"app": "abc123"},
-        "deleting": True,
-    }
-    snake, camel = parse_pod(pod("p", **args)), parse_pod(pod("p", camel=True, **args))
-    assert snake == camel
-    assert snake.node_name == NODE and snake.is_terminating and snake.node_selector == (("zone", "a"),)
-    assert snake.containers[0].container_id == "abc123"  # the runtime scheme is stripped
-    assert snake.containers[0].resources == (("gpushare/share-gpu-4", 1),)  # cpu is not a device
-
-
-@pytest.mark.parametrize(
-    ("mutate", "needle"),
-    [
-        (lambda p: p["metadata"].pop("uid"), "lacks metadata.namespace, name or uid"),
-        (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update({"nvidia.com/gpu": "0.5"}), "0.5"),
-        (lambda p: p["metadata"].update(labels={"a": 1}), "metadata.labels"),
-        (lambda p: p["spec"]["containers"][0].pop("name"), "has no name"),
-        (lambda p: p["spec"].update(containers=True), "spec.containers must be a list of objects"),
-        (lambda p: p.update(status="Running"), "status must be an object"),
-        (lambda p: p["spec"]["containers"][0].update(resources={"limits": [1]}), "resources.limits must be an object"),
-    ],
-)
-def test_unreadable_pod_is_refused_with_its_name_and_field(mutate: object, needle: str) -> None:
-    raw = pod("broken")
-    mutate(raw)  # type: ignore[operator]
-    with pytest.raises(InvalidObject, match="gpushare: ") as err:
-        parse_pod(raw)
-    assert needle in str(err.value)
 
 
 def test_one_bad_pod_is_skipped_and_listed_the_rest_still_count() -> None:
@@ -150,7 +111,3 @@ def test_mapping_annotations_round_trip_and_damage_reads_as_no_record() -> None:
     for damaged in ("{", "[1]", '{"a": 3}', ""):
         assert parse_users_annotation(damaged) == {}
         assert parse_owner_annotation(damaged) == {}
-
-
-def test_pod_ref_key() -> None:
-    assert PodRef("ns", "p", "u").key == "ns/p" == str(PodRef("ns", "p", "u"))

@@ -17,7 +17,8 @@ from controller.core.actions import (
     SetDevices,
 )
 from controller.core.mapping import MappingCache
-from controller.core.model import PodRef, Pool, ShareKey
+from controller.core.model import Pool, ShareKey
+from controller.core.pod_facts import PodRef
 from controller.core.share_solver import (
     REASON_UNKNOWN_POOL,
     REASON_UNKNOWN_SPEC,

@@ -13,10 +13,10 @@ from controller.core.actions import (
     KmodCommand,
     SetSpotHealth,
 )
-from controller.core.detectors import IdleState, IdleStatus
+from controller.core.detectors import IdleState, IdleStatus, IdleVerdict, verdict_from_status
 from controller.core.mapping import MappingCache
-from controller.core.model import PodRef
-from controller.core.spot_solver import IdleVerdict, KmodView, SpotPlan, SpotState, plan_spot, verdict_from_status
+from controller.core.pod_facts import PodRef
+from controller.core.spot_solver import KmodView, SpotPlan, SpotState, plan_spot
 from controller.metrics.adapters.model import Workload
 from gpushare import keys
 from tests.unit.controller.podmaker import NODE, pod, row, snap

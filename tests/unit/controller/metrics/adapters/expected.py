@@ -1,6 +1,7 @@
-"""The shared metrics fixtures and what each must normalise to (``gpu-metrics.md`` §5), exactly.
+"""The exporter pages in ``tests/fixtures/metrics/`` and what each must normalise to, exactly.
 
-The fixtures are recorded exporter pages kept in ``tests/fixtures/metrics``.
+The pages are hand-made, not captures: each follows one exporter's documented names, labels
+and units, and each file's header says which exporter and setup it imitates.
 """
 
 from __future__ import annotations

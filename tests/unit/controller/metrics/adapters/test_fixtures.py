@@ -1,4 +1,4 @@
-"""Every shared fixture normalises to exactly the values of ``gpu-metrics.md`` §5."""
+"""Every exporter page in ``tests/fixtures/metrics/`` normalises to exactly its values in ``expected.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tests.unit.controller.metrics.adapters.expected import EXPECTED, Expect, fi
 
 
 def test_every_shared_fixture_has_expected_values() -> None:
-    # A fixture added to shared/ without expectations here must fail, not pass unchecked.
+    # A fixture added to tests/fixtures/metrics/ without expectations here must fail, not pass unchecked.
     on_disk = {p.name for p in fixtures_dir().glob("*.prom")}
     assert on_disk == set(EXPECTED)
 

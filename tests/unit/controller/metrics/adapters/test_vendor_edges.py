@@ -1,4 +1,4 @@
-"""Vendor quirks beyond the shared fixtures: sentinels, label generations, partitions, joins, units."""
+"""Vendor quirks beyond the fixture pages: sentinels, label generations, partitions, joins, units."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ AMD = 'gpu_id="0",gpu_uuid="U0",serial_number="S0",hostname="h"'
 
 
 def test_amd_pod_without_namespace_is_not_a_workload() -> None:
-    # A real series had pod="default-metrics-exporter-..." and no namespace (gpu-metrics.md §2).
+    # A real series had pod="default-metrics-exporter-..." and no namespace: the exporter's own pod.
     d = one(f'gpu_gfx_activity{{{AMD},pod="default-metrics-exporter-abc"}} 3\n')
     assert d.workloads == ()
 

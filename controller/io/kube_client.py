@@ -1,12 +1,11 @@
-"""The controller's only door to the Kubernetes API (style.md §2.2: the one module importing ``kubernetes``).
+"""The controller's only door to the Kubernetes API (the one module importing ``kubernetes``).
 
-It speaks plain JSON dicts (the API's own camelCase), which ``controller.core.model`` reads as
-is, so nothing is deserialized into client model classes on the hot path. Every call has
-a timeout; every watch has ``timeoutSeconds`` and a read timeout a little longer, so a
-silent stream ends instead of hanging (style.md §3.4); ``PodCache`` lists again in full
-every ``resync_s`` and after a 410.
+It speaks plain JSON dicts (the API's own camelCase), which ``controller.core.pod_facts``
+reads as is, so nothing is deserialized into client model classes on the hot path. Every
+call has a timeout; every watch has ``timeoutSeconds`` and a read timeout a little longer,
+so a silent stream ends instead of hanging.
 
-Errors are translated here, once (style.md §2.4):
+Errors are translated here, once:
 
     HTTP 410                      -> ResourceExpired   (list again)
     HTTP 429, 5xx, timeouts,
@@ -14,19 +13,16 @@ Errors are translated here, once (style.md §2.4):
     any other non-2xx             -> KubeError naming the call, the status and the API's message
 
     KubeClient     list/watch/create/delete/patch pods, namespaces, Events, Leases
-    PodCache       list+watch cache with periodic full resync; says when its list is fresh
-                   and which pods a watch saw deleted (what ``Snapshot`` needs)
-    LeaseElector   the "gpushare-controller" Lease: acquire, renew, lose, release
-    decide_lease   the pure rule behind it (unit-tested)
+    WatchEvent     one parsed line of a watch stream
+
+The pod cache built on the watch is ``controller.io.pod_cache``; the Lease elector is
+``controller.io.lease``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -35,23 +31,15 @@ from urllib.parse import quote
 import kubernetes
 import urllib3
 
-from controller.core.model import PodRef
+from controller.core.pod_facts import PodRef
 from controller.errors import ApiUnavailable, KubeError, ResourceExpired
-from gpushare import keys
-from gpushare.log import kv
-
-log = logging.getLogger(__name__)
 
 COMPONENT = "gpushare"
 _STREAM_CHUNK = 64 * 1024
 
 
-def format_micro_time(t: datetime) -> str:
-    """Kubernetes MicroTime: RFC 3339 with microseconds, UTC."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def format_time(t: datetime) -> str:
+def _format_time(t: datetime) -> str:
+    """Kubernetes Time (an Event's timestamps): RFC 3339 in whole seconds, UTC."""
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -132,7 +120,7 @@ class KubeClient:
             data = response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiUnavailable(
-                f"gpushare: the API server at {self.host} did not answer {what} ({exc}); retrying", 2.0
+                f"gpushare: the API server at {self.host} did not answer {what} ({exc}); retrying"
             ) from exc
         status = int(response.status)
         if not (200 <= status < 300 or status in ok):
@@ -140,9 +128,7 @@ class KubeClient:
         try:
             return status, json.loads(data) if data else None
         except ValueError as exc:  # a proxy's HTML page, a truncated body
-            raise ApiUnavailable(
-                f"gpushare: {what} answered {status} with a body that is not JSON ({exc})", 2.0
-            ) from exc
+            raise ApiUnavailable(f"gpushare: {what} answered {status} with a body that is not JSON ({exc})") from exc
 
     # -- pods -------------------------------------------------------------------------------------------------
 
@@ -192,7 +178,7 @@ class KubeClient:
             )
             response = self._api.call_api(*request, _request_timeout=(self.timeout_s, server_s + 15.0))
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiUnavailable(f"gpushare: {what} at {self.host} failed to start ({exc})", 2.0) from exc
+            raise ApiUnavailable(f"gpushare: {what} at {self.host} failed to start ({exc})") from exc
         raw = response.response
         try:
             if not 200 <= int(response.status) < 300:
@@ -213,7 +199,7 @@ class KubeClient:
                     if line.strip():
                         yield _watch_event(line, what)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiUnavailable(f"gpushare: {what} at {self.host} broke off ({exc}); listing again", 1.0) from exc
+            raise ApiUnavailable(f"gpushare: {what} at {self.host} broke off ({exc}); listing again") from exc
         if buffer.strip():
             yield _watch_event(buffer, what)
 
@@ -261,7 +247,7 @@ class KubeClient:
         now: datetime | None = None,
     ) -> None:
         """A core/v1 Event on the pod, shown by ``kubectl describe pod``."""
-        stamp = format_time(now or datetime.now(UTC))
+        stamp = _format_time(now or datetime.now(UTC))
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -288,6 +274,13 @@ class KubeClient:
     def list_events(self, namespace: str, *, involved_uid: str) -> list[dict[str, Any]]:
         query = {"fieldSelector": f"involvedObject.uid={involved_uid}"}
         _, doc = self._call("GET", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", query=query)
+        return list(doc.get("items") or [])
+
+    # -- nodes ------------------------------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node object (`gpushare status` without an agent reads their allocatable counts)."""
+        _, doc = self._call("GET", "/api/v1/nodes")
         return list(doc.get("items") or [])
 
     # -- leases -----------------------------------------------------------------------------------------------
@@ -319,7 +312,7 @@ def _translate(status: int, what: str, body: bytes, retry_after: str | None) -> 
         return ResourceExpired(f"gpushare: {what}: resource version expired ({message}); listing again")
     if status == 429 or status >= 500:
         delay = float(retry_after) if retry_after and retry_after.isdigit() else 1.0
-        return ApiUnavailable(f"gpushare: {what} answered {status} ({message}); retrying in {delay:g}s", delay)
+        return ApiUnavailable(f"gpushare: {what} answered {status} ({message}); retrying in {delay:g}s")
     # RBAC denials read 'User "x" cannot <verb> resource ...'; other 403s come from admission.
     is_rbac = status == 401 or (status == 403 and " cannot " in message)
     hint = " (check the agent's RBAC in manifests/20-rbac.yaml)" if is_rbac else ""
@@ -331,268 +324,16 @@ def _watch_event(line: bytes, what: str) -> WatchEvent:
         doc = json.loads(line)
         etype, obj = doc["type"], doc["object"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ApiUnavailable(f"gpushare: {what} sent an unreadable event ({exc}); listing again", 1.0) from exc
+        raise ApiUnavailable(f"gpushare: {what} sent an unreadable event ({exc}); listing again") from exc
     if etype == "ERROR":
         code = obj.get("code") if isinstance(obj, dict) else None
         text = json.dumps(obj).encode()
         if code == 410:
             raise ResourceExpired(f"gpushare: {what}: resource version expired ({_api_message(text)}); listing again")
-        raise ApiUnavailable(f"gpushare: {what} ended with an error event: {_api_message(text)}", 1.0)
+        raise ApiUnavailable(f"gpushare: {what} ended with an error event: {_api_message(text)}")
     if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") or not isinstance(obj, dict):
-        raise ApiUnavailable(f"gpushare: {what} sent an event of unknown type {etype!r}", 1.0)
+        raise ApiUnavailable(f"gpushare: {what} sent an event of unknown type {etype!r}")
     return WatchEvent(etype, obj)
 
 
-# -- the pod cache ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CacheView:
-    """What one reconcile pass gets from a ``PodCache``."""
-
-    pods: tuple[Mapping[str, Any], ...]
-    is_fresh: bool  # a full LIST replaced the cache since the previous view
-    deleted: frozenset[PodRef]  # seen DELETED on the watch since the last full LIST
-    is_synced: bool  # at least one LIST succeeded
-
-
-def _ref(obj: Mapping[str, Any]) -> PodRef:
-    meta = obj.get("metadata") or {}
-    return PodRef(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
-
-
-class PodCache:
-    """Pods matching a selector: a full LIST at start, on 410 and every ``resync_s``; watches in between.
-
-    ``run(stop)`` is the body of one named thread (``gpushare-controller-watch-<name>``, started
-    by the loop); ``view()`` is called by the reconcile thread. Events are hints
-    (``on_change``); the reconcile pass recomputes from the view.
-    """
-
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        resync_s: float = 300.0,
-        on_change: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._client = client
-        self._selectors = {"namespace": namespace, "label_selector": label_selector, "field_selector": field_selector}
-        self.resync_s = resync_s
-        self._on_change = on_change or (lambda: None)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._pods: dict[str, Mapping[str, Any]] = {}
-        self._deleted: set[PodRef] = set()
-        self._fresh = False
-        self._synced = False
-        self._resource_version = ""
-        self._listed_at = float("-inf")
-
-    def relist(self) -> None:
-        items, rv = self._client.list_pods(**self._selectors)
-        with self._lock:
-            self._pods = {_ref(p).key: p for p in items}
-            self._deleted.clear()
-            self._fresh = True
-            self._synced = True
-            self._resource_version = rv
-            self._listed_at = self._clock()
-        log.debug("pod list", extra=kv(pods=len(items), resource_version=rv))
-        self._on_change()
-
-    def apply(self, event: WatchEvent) -> None:
-        rv = str((event.obj.get("metadata") or {}).get("resourceVersion", ""))
-        with self._lock:
-            if rv:
-                self._resource_version = rv
-            if event.type == "BOOKMARK":
-                return
-            ref = _ref(event.obj)
-            if event.type == "DELETED":
-                self._pods.pop(ref.key, None)
-                self._deleted.add(ref)
-            else:
-                self._pods[ref.key] = event.obj
-        self._on_change()
-
-    def watch_once(self, stop: threading.Event, timeout_s: int | None = None) -> None:
-        """One watch from the last resource version; returns when it ends (or ``stop`` is set)."""
-        with self._lock:
-            rv = self._resource_version
-        for event in self._client.watch_pods(rv, timeout_s=timeout_s, **self._selectors):
-            self.apply(event)
-            if stop.is_set():
-                return
-
-    def run(self, stop: threading.Event) -> None:
-        """List, then watch until ``stop``; list again every ``resync_s`` and after any failure."""
-        backoff_s = 0.5
-        while not stop.is_set():
-            try:
-                if not self._synced or self._clock() - self._listed_at >= self.resync_s:
-                    self.relist()
-                self.watch_once(stop)
-                backoff_s = 0.5
-            except ResourceExpired as exc:
-                log.info("pod watch expired; listing again", extra=kv(reason=str(exc)))
-                self._listed_at = float("-inf")
-            except KubeError as exc:
-                # A silent or broken stream, or an API hiccup: back off and list again in full.
-                log.warning("pod watch failed; listing again", extra=kv(reason=str(exc), backoff_s=backoff_s))
-                self._listed_at = float("-inf")
-                stop.wait(backoff_s)
-                backoff_s = min(backoff_s * 2, 30.0)
-
-    def view(self) -> CacheView:
-        with self._lock:
-            out = CacheView(tuple(self._pods.values()), self._fresh, frozenset(self._deleted), self._synced)
-            self._fresh = False
-        return out
-
-
-# -- the Lease ------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LeaseObservation:
-    """The lease record as last seen, and when (monotonic): expiry is judged on our own clock."""
-
-    record: tuple[str, str, int]  # holderIdentity, renewTime, leaseTransitions
-    seen_at_s: float
-
-
-@dataclass(frozen=True)
-class LeaseDecision:
-    action: Literal["create", "renew", "take", "wait"]
-    spec: Mapping[str, Any]
-
-
-def decide_lease(
-    spec: Mapping[str, Any] | None,
-    *,
-    holder: str,
-    duration_s: int,
-    wall_now: datetime,
-    mono_now: float,
-    observed: LeaseObservation | None,
-) -> tuple[LeaseDecision, LeaseObservation | None]:
-    """Create, renew, take over or wait — client-go's rule, on plain data.
-
-    Another holder's lease counts as expired only when its record has not changed for its
-    ``leaseDurationSeconds`` as measured on *our* monotonic clock since we first saw that
-    record, so clock skew between nodes cannot make two leaders.
-    """
-    stamp = format_micro_time(wall_now)
-    mine = {
-        "holderIdentity": holder,
-        "leaseDurationSeconds": duration_s,
-        "acquireTime": stamp,
-        "renewTime": stamp,
-        "leaseTransitions": 0,
-    }
-    if spec is None:
-        return LeaseDecision("create", mine), None
-    current = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or ""))
-    transitions = int(spec.get("leaseTransitions") or 0)
-    record = (*current, transitions)
-    if current[0] == holder:
-        return LeaseDecision("renew", {**spec, "renewTime": stamp, "leaseDurationSeconds": duration_s}), None
-    seen = observed if observed is not None and observed.record == record else LeaseObservation(record, mono_now)
-    their_s = int(spec.get("leaseDurationSeconds") or duration_s)
-    if not current[0] or mono_now - seen.seen_at_s >= their_s:
-        return LeaseDecision("take", {**mine, "leaseTransitions": transitions + 1}), None
-    return LeaseDecision("wait", dict(spec)), seen
-
-
-class LeaseElector:
-    """Holds the ``gpushare-controller`` Lease for cluster-wide work (design §1).
-
-    Call ``try_acquire_or_renew`` every ``renew_s`` from one thread; ``is_leader`` turns
-    False the moment a renew fails for longer than the lease could still be ours, so the
-    caller stops cluster-wide work at once.
-    """
-
-    def __init__(
-        self,
-        client: KubeClient,
-        holder: str,
-        *,
-        namespace: str = keys.SHADOW_NAMESPACE,
-        name: str = keys.LEASE_NAME,
-        duration_s: int = 15,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    ) -> None:
-        self._client = client
-        self.holder = holder
-        self.namespace = namespace
-        self.name = name
-        self.duration_s = duration_s
-        self._clock = clock
-        self._wall = wall_clock
-        self._observed: LeaseObservation | None = None
-        self._valid_until = float("-inf")
-
-    def is_leader(self) -> bool:
-        return self._clock() < self._valid_until
-
-    def try_acquire_or_renew(self) -> bool:
-        started = self._clock()
-        try:
-            lease = self._client.get_lease(self.namespace, self.name)
-            decision, self._observed = decide_lease(
-                (lease or {}).get("spec") if lease is not None else None,
-                holder=self.holder,
-                duration_s=self.duration_s,
-                wall_now=self._wall(),
-                mono_now=started,
-                observed=self._observed,
-            )
-            if decision.action == "wait":
-                self._valid_until = float("-inf")
-                return False
-            rv = None if lease is None else str(lease["metadata"]["resourceVersion"])
-            won = self._client.write_lease(self.namespace, self.name, decision.spec, rv)
-        except KubeError as exc:
-            log.warning("lease renew failed", extra=kv(lease=self.name, reason=str(exc), leader=self.is_leader()))
-            return self.is_leader()
-        was_leader = self.is_leader()
-        # Count from before the GET: the lease may have been written at any moment after it.
-        self._valid_until = started + self.duration_s * 0.8 if won else float("-inf")
-        if won != was_leader or decision.action in ("create", "take"):
-            log.info(
-                "lease", extra=kv(decision=decision.action if won else "lost", lease=self.name, holder=self.holder)
-            )
-        return won
-
-    def release(self) -> None:
-        """On clean shutdown: give the lease up so another agent takes over at once."""
-        if not self.is_leader():
-            return
-        self._valid_until = float("-inf")
-        try:
-            lease = self._client.get_lease(self.namespace, self.name)
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.holder:
-                return
-            spec = {**lease["spec"], "holderIdentity": "", "renewTime": format_micro_time(self._wall())}
-            self._client.write_lease(self.namespace, self.name, spec, str(lease["metadata"]["resourceVersion"]))
-        except KubeError as exc:
-            log.warning("lease release failed", extra=kv(lease=self.name, reason=str(exc)))
-
-
-__all__ = [
-    "CacheView",
-    "KubeClient",
-    "LeaseDecision",
-    "LeaseElector",
-    "LeaseObservation",
-    "PodCache",
-    "WatchEvent",
-    "decide_lease",
-    "format_micro_time",
-]
+__all__ = ["KubeClient", "WatchEvent"]

@@ -5,13 +5,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from controller.core.model import PodRef
+from controller.core.pod_facts import PodRef
+from controller.core.spot_solver import KmodView
 from controller.errors import ApiUnavailable
-from controller.io.kube import WatchEvent
+from controller.io.kube_client import WatchEvent
 from controller.loop import ReconcileLoop
+from controller.spot_hooks import SpotHooks
 from gpushare.config import load_config
 from gpushare.errors import GpushareError
-from tests.unit.controller.test_loop_helpers import pod, shadow
+from tests.unit.controller.loop_pods import pod, shadow
 
 CFG = load_config(text="version: v1\nnodeName: n1\nrealResources: [example.com/gpu]\nshareSpecs: [4]\n")
 
@@ -90,7 +92,13 @@ class NotLeader:
 
 
 def make_loop(
-    pods: list[dict[str, Any]], rows: list[Any] | None = None, *, leader: bool = True, pr_fail: bool = False
+    pods: list[dict[str, Any]],
+    rows: list[Any] | None = None,
+    *,
+    leader: bool = True,
+    pr_fail: bool = False,
+    spot: SpotHooks | None = None,
+    listed: bool = True,
 ) -> tuple[ReconcileLoop, FakeClient, FakePlugins]:
     client, plugins = FakeClient(pods), FakePlugins()
     loop = ReconcileLoop(
@@ -99,10 +107,13 @@ def make_loop(
         plugins=plugins,
         podresources=FakePodResources(rows or [], fail=pr_fail),
         elector=None if leader else NotLeader(),  # type: ignore[arg-type]
+        spot=spot,
+        clock=lambda: 1000.0,
     )
     # What start() would do, without threads: one LIST per cache.
-    for cache in (loop._node, loop._pending, loop._shadows):
-        cache.relist()
+    if listed:
+        for cache in (loop._node, loop._pending, loop._shadows):
+            cache.relist()
     loop._cluster_started = True
     return loop, client, plugins
 
@@ -168,9 +179,52 @@ def test_a_failing_action_does_not_stop_the_pass() -> None:
     loop, client, _ = make_loop([pod("a", limits=SHARER), pod("b", limits={"gpushare/share-gpu-7": "1"})])
 
     def refuse(_manifest: Any) -> bool:
-        raise ApiUnavailable("gpushare: the API server did not answer", 1.0)
+        raise ApiUnavailable("gpushare: the API server did not answer")
 
     client.create_pod = refuse  # type: ignore[method-assign,assignment]
     loop.tick()
     # The create failed; the Warning for the unserved spec still went out.
     assert ("event", "default/b", "UnknownShareSpec") in client.calls
+
+
+def test_no_pass_before_the_first_pod_list() -> None:
+    loop, client, plugins = make_loop([pod("web", limits=SHARER)], listed=False)
+    report = loop.tick()
+    assert report.error == "waiting for the first pod LIST" and report.passes == 0 and not report.synced
+    assert client.calls == [] and plugins.set == []
+
+
+def test_the_report_counts_passes_and_what_kubelet_allocated() -> None:
+    pods = [pod("web", node="n1", phase="Running", limits=SHARER)]
+    rows = [("default", "web", "main", "gpushare/share-gpu-4", ["gpushare-system/s-0", "gpushare-system/s-1"])]
+    loop, _, _ = make_loop(pods, rows)
+    loop.tick()
+    report = loop.tick()
+    assert report.passes == 2 and report.at == 1000.0 and report.synced and report.pod_resources_ok
+    assert report.allocated == {"gpushare/share-gpu-4": 2}
+    assert loop.last_report() is report
+
+
+def test_spot_is_asked_once_per_pass_in_order_with_the_pass_clock() -> None:
+    asked: list[Any] = []
+
+    def verdicts(now: float) -> dict[str, Any]:
+        asked.append(("verdicts", now))
+        return {}
+
+    def notices() -> list[int]:
+        asked.append("notices")
+        return []
+
+    def kmod_view() -> KmodView:
+        asked.append("kmod_view")
+        return KmodView(False)
+
+    spot = SpotHooks(verdicts=verdicts, notices=notices, kmod_view=kmod_view, kmod=asked.append, killer=asked.append)
+    loop, _, _ = make_loop([pod("web", limits=SHARER)], spot=spot)
+    loop.tick()
+    assert asked == [("verdicts", 1000.0), "notices", "kmod_view"]
+    # Without PodResources the node is not planned, spot included.
+    loop._podres = FakePodResources([], fail=True)
+    loop.tick()
+    assert asked == [("verdicts", 1000.0), "notices", "kmod_view"]

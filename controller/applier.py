@@ -1,0 +1,192 @@
+"""Applies what one reconcile pass decided, action by action, in list order.
+
+The pass is level-triggered: it returns the whole desired state every time. The applier turns
+that into as few writes as possible and remembers only what it takes to do so:
+
+- the device list each share plugin advertises, and each spot device's health: a list
+  already pushed is not pushed again (every push wakes every ListAndWatch stream);
+- which Events it wrote: the same Event on the same pod is written again only after
+  ``EVENT_REPEAT_S`` (kubectl shows the count);
+- the pods it evicted: the last ``EVICTIONS_KEPT`` and a count per reason since start.
+
+Creating and deleting shadows asks ``is_leader`` again right before the call: the Lease may
+have moved since the pass was planned. A failing action is logged and skipped; the next pass
+plans it again.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, Protocol
+
+from controller.core.actions import (
+    Action,
+    AnnotatePod,
+    CreateShadow,
+    DeleteShadow,
+    Evict,
+    KillContainers,
+    KmodCommand,
+    RecordEvent,
+    SetDevices,
+    SetSpotHealth,
+)
+from controller.core.pod_facts import PodRef
+from controller.io.state import StateStore
+from controller.report import Eviction
+from controller.spot_hooks import SpotHooks
+from deviceplugins import AdvertisedDevice
+from gpushare.errors import GpushareError
+from gpushare.log import kv
+
+log = logging.getLogger(__name__)
+
+# An Event already written is written again only after this long (kubectl shows the count).
+EVENT_REPEAT_S = 600.0
+EVICTIONS_KEPT = 50
+# Events remembered for de-duplication; past this the oldest half is forgotten (a repeat is harmless).
+EVENTS_REMEMBERED = 4096
+
+
+class DevicePlugins(Protocol):
+    """What the loop and the applier need of ``deviceplugins.PluginManager``."""
+
+    def set_devices(self, resource: str, devices: Iterable[Any]) -> None: ...
+    def set_spot_health(self, real_id: str, healthy: bool) -> None: ...
+    def set_spot_lent(self, real_ids: Iterable[str]) -> None: ...
+    def real_devices(self) -> dict[str, tuple[str, ...]]: ...
+    def status(self) -> dict[str, dict[str, Any]]: ...
+
+
+class PodWriter(Protocol):
+    """The writes the applier makes through ``KubeClient``."""
+
+    def create_pod(self, manifest: Mapping[str, Any]) -> bool: ...
+    def delete_pod(self, ref: PodRef) -> bool: ...
+    def patch_pod_annotations(self, ref: PodRef, annotations: Mapping[str, str | None]) -> bool: ...
+    def record_event(
+        self, ref: PodRef, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
+    ) -> None: ...
+
+
+class Applier:
+    """Owned by the loop thread; ``evictions()`` and ``evictions_total()`` copy what it recorded."""
+
+    def __init__(
+        self,
+        *,
+        client: PodWriter,
+        plugins: DevicePlugins,
+        spot: SpotHooks | None,
+        is_leader: Callable[[], bool],
+        store: Callable[[], StateStore | None] = lambda: None,
+    ) -> None:
+        self._client = client
+        self._plugins = plugins
+        self._spot = spot
+        self._is_leader = is_leader
+        self._store = store  # the loop thread opens the store after this is built
+        self._advertised: dict[str, tuple[str, ...]] = {}
+        self._spot_health: dict[str, bool] = {}
+        self._events_written: dict[tuple[str, str, str], float] = {}
+        self._evictions: collections.deque[Eviction] = collections.deque(maxlen=EVICTIONS_KEPT)
+        self._evictions_total: collections.Counter[str] = collections.Counter()
+
+    def evictions(self) -> tuple[Eviction, ...]:
+        return tuple(self._evictions)
+
+    def evictions_total(self) -> dict[str, int]:
+        return dict(self._evictions_total)
+
+    def apply(self, action: Action, now: float) -> None:
+        """Apply one action and log the decision; a failure is logged and the pass goes on."""
+        try:
+            if not self._dispatch(action, now):
+                return
+        except GpushareError as exc:
+            log.warning("action failed; retried next pass", extra=kv(**action.log_fields(), error=str(exc)))
+            return
+        log.info("decision", extra=kv(**action.log_fields()))
+
+    def _dispatch(self, action: Action, now: float) -> bool:
+        """False when there was nothing to do (already applied, not leader, nothing wired in)."""
+        match action:
+            case SetDevices():
+                return self._set_devices(action)
+            case SetSpotHealth():
+                return self._set_spot_health(action)
+            case CreateShadow():
+                return self._create_shadow(action)
+            case DeleteShadow():
+                if not self._is_leader():
+                    return False
+                self._client.delete_pod(action.ref)
+            case Evict():
+                self._evict(action, now)
+            case KillContainers():
+                if self._spot is None:
+                    log.warning("no killer wired in; containers left running", extra=kv(**action.log_fields()))
+                    return False
+                self._spot.killer(action)
+            case KmodCommand():
+                if self._spot is None:
+                    return False
+                self._spot.kmod(action)
+            case AnnotatePod():
+                self._client.patch_pod_annotations(action.ref, {action.key: action.value})
+            case RecordEvent():
+                if not self._is_new_event(action.ref, action.reason, action.message, now):
+                    return False
+                self._client.record_event(action.ref, action.reason, action.message, type_=action.type)
+        return True
+
+    def _set_devices(self, action: SetDevices) -> bool:
+        if self._advertised.get(action.resource) == action.ids:
+            return False
+        self._plugins.set_devices(action.resource, [AdvertisedDevice(i, True) for i in action.ids])
+        self._advertised[action.resource] = action.ids
+        return True
+
+    def _set_spot_health(self, action: SetSpotHealth) -> bool:
+        if self._spot_health.get(action.real_id) == action.is_healthy:
+            return False
+        self._plugins.set_spot_health(action.real_id, action.is_healthy)
+        self._spot_health[action.real_id] = action.is_healthy
+        return True
+
+    def _create_shadow(self, action: CreateShadow) -> bool:
+        if not self._is_leader():
+            return False
+        if not self._client.create_pod(action.manifest):
+            log.info("shadow already exists", extra=kv(shadow=action.name))
+        return True
+
+    def _is_new_event(self, ref: PodRef, reason: str, message: str, now: float) -> bool:
+        key = (ref.uid, reason, message)
+        last = self._events_written.get(key)
+        if last is not None and now - last < EVENT_REPEAT_S:
+            return False
+        self._events_written[key] = now
+        if len(self._events_written) > EVENTS_REMEMBERED:
+            oldest = sorted(self._events_written.items(), key=lambda item: item[1])[: EVENTS_REMEMBERED // 2]
+            for k, _ in oldest:
+                del self._events_written[k]
+        return True
+
+    def _evict(self, action: Evict, now: float) -> None:
+        if not self._client.delete_pod(action.ref):
+            return  # already gone or replaced: nothing was evicted
+        self._evictions.append(Eviction(now, action.ref.key, action.reason, action.message))
+        self._evictions_total[action.reason] += 1
+        store = self._store()
+        if store is not None:
+            with contextlib.suppress(GpushareError):
+                store.add_counter("evictions", action.reason)
+        with contextlib.suppress(GpushareError):
+            self._client.record_event(action.ref, action.reason, action.message, type_="Warning")
+
+
+__all__ = ["EVENT_REPEAT_S", "EVICTIONS_KEPT", "Applier", "DevicePlugins", "PodWriter"]

@@ -1,0 +1,95 @@
+"""The leader's cluster-wide view, from raw pod dicts: one copy of each pod across the caches,
+which shadows the scheduler cannot place, and the Warning a sharer waiting on them gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from controller.core.actions import RecordEvent
+from controller.core.model import ShareKey, Snapshot
+from gpushare import keys
+
+REASON_SHADOW_UNSCHEDULABLE = "ShadowUnschedulable"
+
+
+def _resource_version(pod: Mapping[str, Any]) -> int:
+    meta = pod.get("metadata") or {}
+    rv = meta.get("resourceVersion") or meta.get("resource_version")
+    try:
+        return int(str(rv))
+    except (TypeError, ValueError):
+        return 0
+
+
+def merge_pods(*views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One pod per ns/name across caches; the newest resourceVersion wins (caches lag differently)."""
+    best: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for view in views:
+        for pod in view:
+            meta = pod.get("metadata") or {}
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            if key not in best or _resource_version(pod) > _resource_version(best[key]):
+                best[key] = pod
+    return list(best.values())
+
+
+def unschedulable_message(pod: Mapping[str, Any]) -> str:
+    """The scheduler's message when a pod is Pending because it cannot be placed, else ""."""
+    status = pod.get("status") or {}
+    if status.get("phase", "Pending") != "Pending":
+        return ""
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "unschedulable")
+    return ""
+
+
+def unschedulable_shadows(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Shadow ``ns/name`` -> the scheduler's message, for each shadow it cannot place."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") == keys.SHADOW_NAMESPACE and (message := unschedulable_message(pod)):
+            out[f"{meta.get('namespace')}/{meta.get('name')}"] = message
+    return out
+
+
+def plan_waiting_events(snapshot: Snapshot, unschedulable: Mapping[str, str]) -> list[RecordEvent]:
+    """A pending sharer whose every shadow with free slots cannot be placed learns why, on itself.
+
+    The scheduler's own Event on the sharer only says the share resource is insufficient; the
+    real reason (no GPU left for a new shadow) is on the shadow, which users rarely look at.
+    ``unschedulable``: shadow ``ns/name`` -> the scheduler's message.
+    """
+    stuck: dict[ShareKey, list[tuple[str, str]]] = {}
+    for s in snapshot.shadows:
+        msg = unschedulable.get(s.ref.key, "")
+        if msg and s.facts.is_alive:
+            stuck.setdefault(s.key, []).append((s.ref.key, msg))
+    out: list[RecordEvent] = []
+    for sharer in snapshot.sharers:
+        if not sharer.is_pending or sharer.key not in stuck:
+            continue
+        names = ", ".join(n for n, _ in sorted(stuck[sharer.key]))
+        why = sorted(stuck[sharer.key])[0][1]
+        out.append(
+            RecordEvent(
+                sharer.ref,
+                REASON_SHADOW_UNSCHEDULABLE,
+                f"gpushare: no free slot of {sharer.key.resource}; the shadow pod {names} that would hold a "
+                f"{sharer.key.pool.resource} GPU for it cannot be scheduled: {why}",
+                "Warning",
+            )
+        )
+    return out
+
+
+__all__ = [
+    "REASON_SHADOW_UNSCHEDULABLE",
+    "merge_pods",
+    "plan_waiting_events",
+    "unschedulable_message",
+    "unschedulable_shadows",
+]

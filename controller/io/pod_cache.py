@@ -1,0 +1,135 @@
+"""A list+watch cache of pods with a periodic full resync: a watch can go silent without an error.
+
+``PodCache`` lists in full at start, after a 410 and every ``resync_s``, and watches in
+between; ``view()`` hands one reconcile pass the pods, whether a full LIST refreshed them
+since the last pass and which pods a watch saw deleted (what ``Snapshot`` needs to trust
+the *absence* of a shadow).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controller.core.pod_facts import PodRef
+from controller.errors import KubeError, ResourceExpired
+from controller.io.kube_client import KubeClient, WatchEvent
+from gpushare.log import kv
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CacheView:
+    """What one reconcile pass gets from a ``PodCache``."""
+
+    pods: tuple[Mapping[str, Any], ...]
+    is_fresh: bool  # a full LIST replaced the cache since the previous view
+    deleted: frozenset[PodRef]  # seen DELETED on the watch since the last full LIST
+    is_synced: bool  # at least one LIST succeeded
+
+
+def _ref(obj: Mapping[str, Any]) -> PodRef:
+    meta = obj.get("metadata") or {}
+    return PodRef(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
+
+
+class PodCache:
+    """Pods matching a selector: a full LIST at start, on 410 and every ``resync_s``; watches in between.
+
+    ``run(stop)`` is the body of one named thread (``gpushare-controller-watch-<name>``, started
+    by the loop); ``view()`` is called by the reconcile thread. Events are hints
+    (``on_change``); the reconcile pass recomputes from the view.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resync_s: float = 300.0,
+        on_change: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._selectors = {"namespace": namespace, "label_selector": label_selector, "field_selector": field_selector}
+        self.resync_s = resync_s
+        self._on_change = on_change or (lambda: None)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, Mapping[str, Any]] = {}
+        self._deleted: set[PodRef] = set()
+        self._fresh = False
+        self._synced = False
+        self._resource_version = ""
+        self._listed_at = float("-inf")
+
+    def relist(self) -> None:
+        items, rv = self._client.list_pods(**self._selectors)
+        with self._lock:
+            self._pods = {_ref(p).key: p for p in items}
+            self._deleted.clear()
+            self._fresh = True
+            self._synced = True
+            self._resource_version = rv
+            self._listed_at = self._clock()
+        log.debug("pod list", extra=kv(pods=len(items), resource_version=rv))
+        self._on_change()
+
+    def apply(self, event: WatchEvent) -> None:
+        rv = str((event.obj.get("metadata") or {}).get("resourceVersion", ""))
+        with self._lock:
+            if rv:
+                self._resource_version = rv
+            if event.type == "BOOKMARK":
+                return
+            ref = _ref(event.obj)
+            if event.type == "DELETED":
+                self._pods.pop(ref.key, None)
+                self._deleted.add(ref)
+            else:
+                self._pods[ref.key] = event.obj
+        self._on_change()
+
+    def watch_once(self, stop: threading.Event, timeout_s: int | None = None) -> None:
+        """One watch from the last resource version; returns when it ends (or ``stop`` is set)."""
+        with self._lock:
+            rv = self._resource_version
+        for event in self._client.watch_pods(rv, timeout_s=timeout_s, **self._selectors):
+            self.apply(event)
+            if stop.is_set():
+                return
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch until ``stop``; list again every ``resync_s`` and after any failure."""
+        backoff_s = 0.5
+        while not stop.is_set():
+            try:
+                if not self._synced or self._clock() - self._listed_at >= self.resync_s:
+                    self.relist()
+                self.watch_once(stop)
+                backoff_s = 0.5
+            except ResourceExpired as exc:
+                log.info("pod watch expired; listing again", extra=kv(reason=str(exc)))
+                self._listed_at = float("-inf")
+            except KubeError as exc:
+                # A silent or broken stream, or an API hiccup: back off and list again in full.
+                log.warning("pod watch failed; listing again", extra=kv(reason=str(exc), backoff_s=backoff_s))
+                self._listed_at = float("-inf")
+                stop.wait(backoff_s)
+                backoff_s = min(backoff_s * 2, 30.0)
+
+    def view(self) -> CacheView:
+        with self._lock:
+            out = CacheView(tuple(self._pods.values()), self._fresh, frozenset(self._deleted), self._synced)
+            self._fresh = False
+        return out
+
+
+__all__ = ["CacheView", "PodCache"]

@@ -1,0 +1,75 @@
+"""The pod cache's bookkeeping: fresh once per LIST, deletions kept until the next, resync on schedule."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from controller.core.pod_facts import PodRef
+from controller.errors import ResourceExpired
+from controller.io.kube_client import WatchEvent
+from controller.io.pod_cache import PodCache
+
+
+def pod(name: str, uid: str = "", rv: str = "1") -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "uid": uid or f"u-{name}", "resourceVersion": rv}}
+
+
+class ListOnly:
+    """Our own client's list/watch surface, answering from memory (the cache logic is under test)."""
+
+    def __init__(self, items: list[dict[str, Any]], events: list[WatchEvent] = ()) -> None:  # type: ignore[assignment]
+        self.items, self.events, self.lists, self.watched_from = items, list(events), 0, ""
+
+    def list_pods(self, **_: Any) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        return list(self.items), "10"
+
+    def watch_pods(self, rv: str, **_: Any) -> Iterator[WatchEvent]:
+        self.watched_from = rv
+        yield from self.events
+
+
+def test_cache_is_fresh_once_per_list_and_remembers_deletions_until_the_next() -> None:
+    client = ListOnly([pod("a"), pod("b")])
+    cache = PodCache(client, resync_s=300)  # type: ignore[arg-type]
+    assert not cache.view().is_synced
+    cache.relist()
+    first = cache.view()
+    assert first.is_fresh and first.is_synced and len(first.pods) == 2
+    assert not cache.view().is_fresh  # fresh only for the first pass after a LIST
+    cache.apply(WatchEvent("DELETED", pod("a", rv="11")))
+    cache.apply(WatchEvent("ADDED", pod("c", rv="12")))
+    cache.apply(WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "13"}}))
+    v = cache.view()
+    assert sorted(p["metadata"]["name"] for p in v.pods) == ["b", "c"]
+    assert v.deleted == frozenset({PodRef("ns", "a", "u-a")}) and not v.is_fresh
+    assert cache.view().deleted == v.deleted  # kept until the next full LIST...
+    cache.relist()
+    assert cache.view().deleted == frozenset()  # ...which is then the proof of absence
+
+
+def test_cache_watches_from_the_last_resource_version_and_resyncs_on_schedule() -> None:
+    now = [0.0]
+    client = ListOnly([pod("a")], [WatchEvent("MODIFIED", pod("a", rv="42"))])
+    changes: list[int] = []
+    cache = PodCache(client, resync_s=60, on_change=lambda: changes.append(1), clock=lambda: now[0])  # type: ignore[arg-type]
+    stop = threading.Event()
+    cache.relist()
+    cache.watch_once(stop)
+    assert client.watched_from == "10" and len(changes) == 2
+    cache.watch_once(stop)
+    assert client.watched_from == "42"
+
+    # run(): lists when due, and a failing watch makes it list again.
+    class Failing(ListOnly):
+        def watch_pods(self, rv: str, **_: Any) -> Iterator[WatchEvent]:
+            if self.lists >= 2:
+                stop.set()
+            raise ResourceExpired("gpushare: expired")
+            yield  # pragma: no cover
+
+    failing = Failing([pod("a")])
+    PodCache(failing, resync_s=60, clock=lambda: now[0]).run(stop)  # type: ignore[arg-type]
+    assert failing.lists == 2

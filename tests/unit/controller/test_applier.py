@@ -1,0 +1,182 @@
+"""The applier: actions in order, written once, Events de-duplicated, evictions recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.applier import EVENT_REPEAT_S, EVENTS_REMEMBERED, EVICTIONS_KEPT, Applier
+from controller.core.actions import (
+    AnnotatePod,
+    CreateShadow,
+    DeleteShadow,
+    Evict,
+    KillContainers,
+    KmodCommand,
+    RecordEvent,
+    SetDevices,
+    SetSpotHealth,
+)
+from controller.core.model import Pool, ShareKey
+from controller.core.pod_facts import PodRef
+from controller.core.spot_solver import KmodView
+from controller.errors import ApiUnavailable
+from controller.io.state import StateStore
+from controller.spot_hooks import SpotHooks
+
+WEB = PodRef("default", "web", "uid-web")
+KEY = ShareKey(Pool("example.com/gpu"), "share", 4)
+
+
+class Peers:
+    """The API client and the device plugins, recording every call in one list (to check order)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.gone: set[str] = set()  # pods whose delete finds nothing
+
+    def create_pod(self, manifest: Any) -> bool:
+        self.calls.append(("create", manifest["metadata"]["name"]))
+        return True
+
+    def delete_pod(self, ref: PodRef) -> bool:
+        self.calls.append(("delete", ref.key))
+        return ref.key not in self.gone
+
+    def patch_pod_annotations(self, ref: PodRef, annotations: Any) -> bool:
+        self.calls.append(("annotate", ref.key, dict(annotations)))
+        return True
+
+    def record_event(self, ref: PodRef, reason: str, message: str, *, type_: str = "Normal") -> None:
+        self.calls.append(("event", ref.key, reason, type_))
+
+    def set_devices(self, resource: str, devices: Any) -> None:
+        self.calls.append(("devices", resource, tuple(d.id for d in devices)))
+
+    def set_spot_health(self, real_id: str, healthy: bool) -> None:
+        self.calls.append(("health", real_id, healthy))
+
+    def set_spot_lent(self, real_ids: Any) -> None: ...
+    def real_devices(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+
+def applier(peers: Peers, *, leader: bool = True, spot: SpotHooks | None = None, store: Any = None) -> Applier:
+    return Applier(client=peers, plugins=peers, spot=spot, is_leader=lambda: leader, store=lambda: store)
+
+
+def test_a_device_list_or_health_already_pushed_is_not_pushed_again() -> None:
+    peers = Peers()
+    a = applier(peers)
+    for _ in range(2):
+        a.apply(SetDevices("gpushare/share-gpu-4", ("s-0", "s-1")), now=1.0)
+        a.apply(SetSpotHealth("g0", False, "lent"), now=1.0)
+    a.apply(SetDevices("gpushare/share-gpu-4", ("s-0",)), now=2.0)
+    a.apply(SetSpotHealth("g0", True, "idle"), now=2.0)
+    assert peers.calls == [
+        ("devices", "gpushare/share-gpu-4", ("s-0", "s-1")),
+        ("health", "g0", False),
+        ("devices", "gpushare/share-gpu-4", ("s-0",)),
+        ("health", "g0", True),
+    ]
+
+
+def test_shadows_are_created_and_deleted_only_by_the_leader() -> None:
+    create = CreateShadow(KEY, "shadow-x", {"metadata": {"name": "shadow-x"}})
+    delete = DeleteShadow(PodRef("gpushare-system", "shadow-y", "u"))
+    follower, leader = Peers(), Peers()
+    for action in (create, delete):
+        applier(follower, leader=False).apply(action, now=1.0)
+        applier(leader).apply(action, now=1.0)
+    assert follower.calls == []
+    assert leader.calls == [("create", "shadow-x"), ("delete", "gpushare-system/shadow-y")]
+
+
+def test_the_same_event_is_written_again_only_after_the_repeat_interval() -> None:
+    peers = Peers()
+    a = applier(peers)
+    event = RecordEvent(WEB, "UnknownShareSpec", "no such spec", "Warning")
+    a.apply(event, now=100.0)
+    a.apply(event, now=100.0 + EVENT_REPEAT_S - 1)
+    a.apply(RecordEvent(WEB, "UnknownShareSpec", "another message", "Warning"), now=101.0)
+    a.apply(event, now=100.0 + EVENT_REPEAT_S)
+    assert peers.calls == [("event", "default/web", "UnknownShareSpec", "Warning")] * 3
+
+
+def test_remembered_events_are_bounded() -> None:
+    a = applier(Peers())
+    for i in range(EVENTS_REMEMBERED + 1):
+        a.apply(RecordEvent(PodRef("default", f"p{i}", f"u{i}"), "R", "m"), now=float(i))
+    assert len(a._events_written) <= EVENTS_REMEMBERED
+    assert ("u0", "R", "m") not in a._events_written  # the oldest went first
+
+
+def test_an_eviction_deletes_then_warns_and_is_recorded(tmp_path: Path) -> None:
+    peers = Peers()
+    store = StateStore(str(tmp_path))
+    try:
+        a = applier(peers, store=store)
+        a.apply(Evict(WEB, "ShadowGone", "its shadow is gone"), now=5.0)
+        assert peers.calls == [("delete", "default/web"), ("event", "default/web", "ShadowGone", "Warning")]
+        assert [(e.at, e.pod, e.reason) for e in a.evictions()] == [(5.0, "default/web", "ShadowGone")]
+        assert a.evictions_total() == {"ShadowGone": 1}
+        assert store.counters() == {("evictions", "ShadowGone"): 1}
+    finally:
+        store.close()
+
+
+def test_a_pod_already_gone_is_not_counted_as_evicted() -> None:
+    peers = Peers()
+    peers.gone.add("default/web")
+    a = applier(peers)
+    a.apply(Evict(WEB, "ShadowGone", "m"), now=1.0)
+    assert peers.calls == [("delete", "default/web")]
+    assert a.evictions() == () and a.evictions_total() == {}
+
+
+def test_the_eviction_log_keeps_the_latest() -> None:
+    a = applier(Peers())
+    for i in range(EVICTIONS_KEPT + 5):
+        a.apply(Evict(PodRef("spot", f"job{i}", f"u{i}"), "OwnerBack", "m"), now=float(i))
+    assert len(a.evictions()) == EVICTIONS_KEPT and a.evictions()[-1].pod == f"spot/job{EVICTIONS_KEPT + 4}"
+    assert a.evictions_total() == {"OwnerBack": EVICTIONS_KEPT + 5}
+
+
+def test_kills_and_kmod_commands_go_to_spot_and_are_dropped_without_it(caplog: pytest.LogCaptureFixture) -> None:
+    kill = KillContainers(PodRef("spot", "job", "u"), ("c1",), "OwnerBack")
+    release = KmodCommand("release", 4242)
+    done: list[Any] = []
+    spot = SpotHooks(
+        verdicts=lambda _now: {},
+        notices=lambda: [],
+        kmod_view=lambda: KmodView(True),
+        kmod=done.append,
+        killer=done.append,
+    )
+    applier(Peers(), spot=spot).apply(kill, now=1.0)
+    applier(Peers(), spot=spot).apply(release, now=1.0)
+    assert done == [kill, release]
+    with caplog.at_level("WARNING"):
+        applier(Peers()).apply(kill, now=1.0)
+        applier(Peers()).apply(release, now=1.0)
+    assert "no killer wired in" in caplog.text
+
+
+def test_a_failing_action_is_logged_and_the_next_one_still_applies(caplog: pytest.LogCaptureFixture) -> None:
+    peers = Peers()
+
+    def refuse(_ref: PodRef, _annotations: Any) -> bool:
+        raise ApiUnavailable("gpushare: the API server did not answer")
+
+    peers.patch_pod_annotations = refuse  # type: ignore[method-assign]
+    a = applier(peers)
+    with caplog.at_level("WARNING"):
+        a.apply(AnnotatePod(WEB, "gpushare.k8s.io/shadow-owner", "{}"), now=1.0)
+        a.apply(RecordEvent(WEB, "R", "m"), now=1.0)
+    assert "action failed; retried next pass" in caplog.text
+    assert peers.calls == [("event", "default/web", "R", "Normal")]
