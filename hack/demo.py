@@ -3,7 +3,7 @@
     python hack/demo.py up   [--root /tmp/gs-demo]   # cluster + fake GPUs + agent, then the walk-through
     python hack/demo.py down [--root /tmp/gs-demo]   # agent, fake GPUs and cluster gone
 
-The cluster lives in ROOT (tests/harness/cluster.py); the agent's files (config, state, logs, pid
+The cluster lives in ROOT (``python -m localcluster``); the agent's files (config, state, logs, pid
 files, fake device nodes) in ROOT-agent. Everything is left running after `up` so you can explore
 with the printed KUBECONFIG line.
 """
@@ -25,13 +25,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.harness.cluster import Binaries, cache_dir  # noqa: E402
-from tests.integration.e2e.agent_process import (  # noqa: E402
-    FAKE_RESOURCE,
-    GPUSHARE,
-    agent_config,
-    pod_manifest,
-)
+from localcluster.agent import FAKE_RESOURCE, GPUSHARE, agent_config  # noqa: E402
+from localcluster.layout import Binaries  # noqa: E402
+from localcluster.paths import cache_dir  # noqa: E402
+from localcluster.pods import pod_manifest  # noqa: E402
 
 PORT = 19488
 BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
@@ -108,7 +105,7 @@ class Demo:
             self.down()
         say("bringing up a one-node Kubernetes cluster (kubelet + containerd with NRI)")
         out = subprocess.run(
-            [sys.executable, "-m", "tests.harness.cluster", "up", "--root", str(self.root)],
+            [sys.executable, "-m", "localcluster", "up", "--root", str(self.root)],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -223,9 +220,7 @@ class Demo:
     def down(self) -> None:
         self.stop("agent")
         self.stop("fake-gpus")
-        subprocess.run(
-            [sys.executable, "-m", "tests.harness.cluster", "down", "--root", str(self.root)], cwd=REPO, check=False
-        )
+        subprocess.run([sys.executable, "-m", "localcluster", "down", "--root", str(self.root)], cwd=REPO, check=False)
         shutil.rmtree(self.side, ignore_errors=True)
         print(f"demo removed ({self.root}, {self.side})")
 

@@ -1,4 +1,4 @@
-"""The demo's spot act (issue 8): a lendable dev machine goes idle, a spot job takes its GPU, the
+"""The demo's spot act: a lendable dev machine goes idle, a spot job takes its GPU, the
 owner "returns", the job is gone, and ``gpushare status`` says why.
 
     .venv/bin/python hack/demo_spot.py            # its own one-node cluster (~1 min, root)
@@ -19,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.harness.cluster import Cluster, running_cluster
-from tests.integration.spot.env import (
+from localcluster.bringup import running_cluster
+from localcluster.cluster import Cluster
+from localcluster.spot import (
     GPUS,
     IDLE_WINDOW_S,
     SpotEnv,

@@ -34,7 +34,7 @@ PROTO_SETS = [
     ProtoSet("nri_plugin/proto", "nri_plugin/_pb", grpc=False),
     ProtoSet("deviceplugins/proto", "deviceplugins/_pb", grpc=True),
     ProtoSet("controller/proto", "controller/_pb", grpc=True),
-    ProtoSet("tests/harness/proto", "tests/harness/_pb", grpc=True),
+    ProtoSet("localcluster/proto", "localcluster/_pb", grpc=True),
 ]
 
 

@@ -1,7 +1,7 @@
-"""The agent and the fake vendor plugin as real host processes next to the one-node cluster.
+"""``gpushare agent`` and the fake vendor device plugin as real host processes next to a cluster.
 
-Real processes, not threads, so a test can ``kill -9`` the agent exactly as a crash would.
-Also used by ``hack/demo.py`` and ``bench/share_startup.py``.
+Real processes, not threads, so a test can ``kill -9`` the agent exactly as a crash would. Used by
+the e2e and spot tiers, ``hack/demo.py``, ``hack/demo_spot.py`` and ``bench/share_startup.py``.
 """
 
 from __future__ import annotations
@@ -11,18 +11,20 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+from localcluster.cluster import Cluster
+from localcluster.host import free_port
+from localcluster.images import PAUSE_IMAGE
+from localcluster.paths import REPO
+
 GPUSHARE = str(Path(sys.executable).parent / "gpushare")
 FAKE_RESOURCE = "example.com/gpu"
-SHADOW_IMAGE = "gpushare.local/pause:test"
-BUSYBOX = "gpushare.local/busybox:test"
+SHADOW_IMAGE = PAUSE_IMAGE  # shadow pods hold a GPU and run nothing: the locally built pause image
 
 
 def agent_config(root: Path, *, nri_socket: str, plugin_dir: str, pod_resources: str, port: int, idle_s: float) -> str:
@@ -45,12 +47,6 @@ def agent_config(root: Path, *, nri_socket: str, plugin_dir: str, pod_resources:
             "",
         ]
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Process:
@@ -146,7 +142,7 @@ class AgentProcess(Process):
         return doc
 
 
-def agent_for(root: Path, cluster: Any, idle_s: float) -> AgentProcess:
+def agent_for(root: Path, cluster: Cluster, idle_s: float) -> AgentProcess:
     """The (not yet started) agent of a harness cluster: namespace and PriorityClasses applied, config written."""
     for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
         cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
@@ -168,44 +164,3 @@ class FakeGpus(Process):
         argv = [GPUSHARE, "fake-gpus", "--count", str(count), "--resource", FAKE_RESOURCE]
         argv += ["--dev-dir", str(dev_dir), "--plugin-dir", plugin_dir]
         super().__init__("fake-gpus", argv, root / "fake-gpus.log")
-
-
-def pod_manifest(
-    name: str,
-    *,
-    namespace: str = "default",
-    resources: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    containers: list[str] | None = None,
-    labels: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A host-network busybox pod that sleeps until TERM (busybox as PID 1 ignores TERM otherwise)."""
-    names = containers or ["app"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": annotations or {},
-            "labels": {"gpushare-e2e": "1", **(labels or {})},
-        },
-        "spec": {
-            "hostNetwork": True,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {
-                    "name": c,
-                    "image": BUSYBOX,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
-                    **({"resources": {"limits": dict(resources)}} if resources and i == 0 else {}),
-                }
-                for i, c in enumerate(names)
-            ],
-        },
-    }
-
-
-def sharer(name: str, n: int = 4, namespace: str = "default", **kw: Any) -> dict[str, Any]:
-    return pod_manifest(name, namespace=namespace, resources={f"gpushare/share-gpu-{n}": "1"}, **kw)

@@ -1,13 +1,10 @@
-"""Start a real containerd (1.7.24 or 2.x) in a private temp dir for the integration tiers.
+"""A real containerd (1.7.24 or 2.x) in a private temp dir, for the integration tiers and the cluster.
 
 Everything the instance touches is private: root, state, the gRPC socket (CRI lives there), the NRI
-socket, runc's `Root`, a CNI dir, and a cgroup parent (`Containerd.cgroup_parent`, which
-`tests.harness.cri.CriClient` puts on every pod). The shim sockets are the one exception containerd
-does not let us move (`/run/containerd/s/<hash>`); `close()` ends the shims of this instance by PID.
-
-The generated config carries the machine's traps from test-environment.md: cgroupfs,
-`restrict_oom_score_adj = true`, overlayfs, NRI on with a 2 s request timeout, the locally built
-pause image as sandbox image, a random stream-server port (two instances may run at once).
+socket, runc's ``Root``, a CNI dir, and a cgroup parent (``Containerd.cgroup_parent``, which
+``localcluster.cri.CriClient`` puts on every pod). The shim sockets are the one exception containerd
+does not let us move (``/run/containerd/s/<hash>``); ``close()`` ends the shims of this instance by PID.
+What it is told is in ``containerd_config``.
 
     inst = find_install("1.7.24")            # or "2.x"; InstallMissing says how to install
     with Containerd(inst) as cd:             # started, busybox and pause imported
@@ -25,196 +22,26 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.cri import CriClient, CriError
-from tests.harness.images import PAUSE_IMAGE, ensure_images
-from tests.harness.lifecycle import Lifecycle, terminate
+from localcluster.containerd_config import (
+    VERSIONS,
+    ContainerdInstall,
+    InstallMissing,
+    Paths,
+    find_install,
+    render_config,
+)
+from localcluster.cri import CriClient, CriError
+from localcluster.host import all_pids, cgroup_pids, cmdline, remove_cgroup_root, unmount_below
+from localcluster.images import ensure_images
+from localcluster.lifecycle import Lifecycle, terminate
 
-VERSIONS = ("1.7.24", "2.x")
-RUNC = Path("/usr/sbin/runc")
-_INSTALL_HINT = "run `make containerd-deps` (hack/containerd/install.sh)"
-NRI_REQUEST_TIMEOUT = "2s"
-NRI_REGISTRATION_TIMEOUT = "5s"
-
-
-class InstallMissing(RuntimeError):
-    """A binary of the requested containerd version is not installed; the message says how to get it."""
+__all__ = ["VERSIONS", "Containerd", "ContainerdError", "ContainerdInstall", "InstallMissing", "find_install"]
 
 
 class ContainerdError(RuntimeError):
     """containerd did not start, stop or import as expected; the message carries its log tail."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("GPUSHARE_CACHE", "/root/.cache/gpushare"))
-
-
-@dataclass(frozen=True)
-class ContainerdInstall:
-    version: str  # "1.7.24" or "2.x"
-    bin_dir: Path
-
-    @property
-    def containerd(self) -> Path:
-        return self.bin_dir / "containerd"
-
-    @property
-    def ctr(self) -> Path:
-        return self.bin_dir / "ctr"
-
-    @property
-    def shim(self) -> Path:
-        return self.bin_dir / "containerd-shim-runc-v2"
-
-    @property
-    def is_v2(self) -> bool:
-        return self.version != "1.7.24"
-
-    @property
-    def device_injector(self) -> Path | None:
-        """The Go NRI device-injector built next to containerd 2.x (benchmark baseline), if present."""
-        path = self.bin_dir / "nri-device-injector"
-        return path if path.is_file() else None
-
-
-def find_install(version: str, cache: Path | None = None) -> ContainerdInstall:
-    """Locate an installed containerd; raise InstallMissing naming the command that installs it."""
-    root = (cache or cache_root()) / "containerd"
-    if version == "1.7.24":
-        inst = ContainerdInstall(version, root / "1.7.24" / "usr" / "bin")
-        how = f"{_INSTALL_HINT}, step `base`"
-    elif version == "2.x":
-        inst = ContainerdInstall(version, root / "2.x" / "bin")
-        how = (
-            f"{_INSTALL_HINT}, step `go` (needs the Go toolchain and the Go module proxy serving"
-            " github.com/containerd/containerd/v2; when it cannot build, it prints SKIP and why)"
-        )
-    else:
-        raise ValueError(f"unknown containerd version {version!r}; known: {', '.join(VERSIONS)}")
-    missing = [p.name for p in (inst.containerd, inst.ctr, inst.shim) if not os.access(p, os.X_OK)]
-    if missing:
-        raise InstallMissing(f"containerd {version}: {', '.join(missing)} not found in {inst.bin_dir}; {how}")
-    if not os.access(RUNC, os.X_OK):
-        raise InstallMissing(f"runc not found at {RUNC}; {_INSTALL_HINT}, step `base`")
-    return inst
-
-
-@dataclass(frozen=True)
-class Paths:
-    """The private layout of one instance (short: Unix socket paths are limited to 107 bytes)."""
-
-    base: Path
-
-    def __getattr__(self, name: str) -> Path:
-        try:
-            return self.base / _LAYOUT[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-_LAYOUT = {
-    "root": "root",
-    "state": "state",
-    "address": "cd.sock",
-    "nri_socket": "nri.sock",
-    "runc_root": "runc",
-    "cni_dir": "cni",
-    "cdi_dir": "cdi",
-    "nri_dir": "nri",
-    "config": "config.toml",
-    "log": "containerd.log",
-}
-
-
-def render_config(inst: ContainerdInstall, paths: Paths, *, nri: bool = True, extra: str = "") -> str:
-    """The containerd config for this instance: version 2 schema for 1.7, version 3 for 2.x."""
-    nri_section = f"""
-[plugins."io.containerd.nri.v1.nri"]
-  disable = {str(not nri).lower()}
-  disable_connections = false
-  socket_path = "{paths.nri_socket}"
-  plugin_path = "{paths.nri_dir}/plugins"
-  plugin_config_path = "{paths.nri_dir}/conf.d"
-  plugin_registration_timeout = "{NRI_REGISTRATION_TIMEOUT}"
-  plugin_request_timeout = "{NRI_REQUEST_TIMEOUT}"
-"""
-    runc_options = f"""
-        SystemdCgroup = false
-        BinaryName = "{RUNC}"
-        Root = "{paths.runc_root}"
-"""
-    head = f"""
-root = "{paths.root}"
-state = "{paths.state}"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-[grpc]
-  address = "{paths.address}"
-[ttrpc]
-  address = "{paths.address}.ttrpc"
-[debug]
-  level = "info"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{paths.base}/opt"
-"""
-    if not inst.is_v2:
-        cri = f"""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  systemd_cgroup = false
-  disable_apparmor = true
-  enable_cdi = true
-  cdi_spec_dirs = ["{paths.cdi_dir}"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{paths.cni_dir}/bin"
-    conf_dir = "{paths.cni_dir}/conf"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]{runc_options}"""
-        return f"version = 2\n{head}{cri}{nri_section}{extra}\n"
-    cri = f"""
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "{PAUSE_IMAGE}"
-[plugins."io.containerd.cri.v1.runtime"]
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  cdi_spec_dirs = ["{paths.cdi_dir}"]
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["{paths.cni_dir}/bin"]
-    conf_dir = "{paths.cni_dir}/conf"
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]{runc_options}
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-"""
-    return f"version = 3\n{head}{cri}{nri_section}{extra}\n"
-
-
-def mounts_under(base: Path) -> list[str]:
-    """Mount points below `base`, deepest first (the order they must be unmounted in)."""
-    found: list[str] = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mount_point = line.split()[4].replace("\\040", " ")
-            if mount_point == str(base) or mount_point.startswith(f"{base}/"):
-                found.append(mount_point)
-    return sorted(found, key=len, reverse=True)
 
 
 def shim_pids(address: str) -> list[int]:
@@ -223,39 +50,11 @@ def shim_pids(address: str) -> list[int]:
     Only shims: other processes may name the address too (a kubelet's runtime endpoint) and are
     not ours to kill.
     """
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if Path(argv[0].decode(errors="replace")).name.startswith("containerd-shim") and address.encode() in argv:
-            pids.append(int(entry.name))
-    return pids
-
-
-def cgroup_pids(parent: str) -> set[int]:
-    """Every process in the cgroup subtree `parent`, across all hierarchies."""
-    pids: set[int] = set()
-    for ctl in Path("/sys/fs/cgroup").iterdir():
-        top = ctl / parent.lstrip("/")
-        for procs in top.rglob("cgroup.procs") if top.is_dir() else ():
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(line) for line in procs.read_text().split())
-    return pids
-
-
-def _remove_cgroups(parent: str) -> None:
-    """rmdir the cgroup subtree `parent` in every v1 controller and the unified tree, leaves first."""
-    for ctl in Path("/sys/fs/cgroup").iterdir():
-        top = ctl / parent.lstrip("/")
-        if not top.is_dir():
-            continue
-        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda t: len(t[0]), reverse=True):
-            with contextlib.suppress(OSError):  # busy (a process still in it) or already gone
-                os.rmdir(dirpath)
+    return [
+        pid
+        for pid in all_pids()
+        if (argv := cmdline(pid)) and Path(argv[0]).name.startswith("containerd-shim") and address in argv
+    ]
 
 
 class Containerd(Lifecycle):
@@ -273,7 +72,7 @@ class Containerd(Lifecycle):
     ) -> None:
         """`preconnected_plugins`: file name ("10-gpushare") -> executable text, placed in the private
         `plugin_path` so containerd launches them itself with the socket as fd 3. Only for 2.x: on
-        1.7.24 a plugin that fails to register makes containerd exit (test-environment.md)."""
+        1.7.24 a plugin that fails to register makes containerd exit (docs/nri.md)."""
         self.install = install
         self.paths = Paths(base_dir or Path(tempfile.mkdtemp(prefix="gs-cd-", dir="/tmp")))
         self.cgroup_parent = f"/gpushare-test-{self.paths.base.name}"
@@ -353,9 +152,8 @@ class Containerd(Lifecycle):
         deadline = time.monotonic() + 5
         while cgroup_pids(self.cgroup_parent) and time.monotonic() < deadline:
             time.sleep(0.05)
-        for mount_point in mounts_under(self.paths.base):
-            subprocess.run(["umount", "-l", mount_point], check=False, capture_output=True)
-        _remove_cgroups(self.cgroup_parent)
+        unmount_below(self.paths.base)
+        remove_cgroup_root(self.cgroup_parent)
         shutil.rmtree(self.paths.base, ignore_errors=True)
 
     def ctr(self, *args: str, timeout_s: float = 60.0) -> str:

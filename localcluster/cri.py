@@ -5,7 +5,7 @@ UTS namespace), sit under the harness's private cgroup parent, and get RuntimeDe
 present with SetInParent (enum 0 is otherwise "unset"). Pod annotations go in
 PodSandboxConfig.annotations and container annotations in ContainerConfig.annotations, exactly where
 kubelet puts them, so they reach NRI as PodSandbox.annotations and Container.annotations
-(nri-protocol.md §5). CreateContainer repeats the sandbox config, as kubelet does.
+(docs/nri.md). CreateContainer repeats the sandbox config, as kubelet does.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
-from tests.harness._pb import cri_api_pb2 as pb
-from tests.harness._pb import cri_api_pb2_grpc as pb_grpc
-from tests.harness.images import BUSYBOX_IMAGE
+from localcluster._pb import cri_api_pb2 as pb
+from localcluster._pb import cri_api_pb2_grpc as pb_grpc
+from localcluster.images import BUSYBOX_IMAGE
 
 DEFAULT_TIMEOUT_S = 30.0
 

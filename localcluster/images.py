@@ -1,7 +1,7 @@
-"""Container images for the containerd tier, built locally from busybox-static (no registry).
+"""Container images for the containerd tier and the cluster, built locally from busybox-static (no registry).
 
 An OCI image-layout tarball holding one uncompressed layer (busybox and its applet links) is what
-`ctr -n k8s.io image import` takes (test-environment.md). Two images share that layer:
+`ctr -n k8s.io image import` takes (docs/testing-containerd.md). Two images share that layer:
 
 - `BUSYBOX_IMAGE`: test containers run their own command in it;
 - `PAUSE_IMAGE`: the CRI sandbox image, a shell loop that sleeps and exits on TERM.
@@ -20,6 +20,8 @@ import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from localcluster.paths import cache_dir
 
 BUSYBOX_IMAGE = "gpushare.local/busybox:test"
 PAUSE_IMAGE = "gpushare.local/pause:test"
@@ -40,10 +42,6 @@ class ImageBuildError(RuntimeError):
 class ImageTar:
     name: str
     path: Path
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GPUSHARE_CACHE", "/root/.cache/gpushare")) / "images"
 
 
 def _applets(busybox: Path) -> list[str]:
@@ -139,7 +137,7 @@ def write_image_tar(dest: Path, name: str, layer: bytes, entrypoint: list[str], 
 
 def ensure_images(busybox: Path = BUSYBOX_BIN, directory: Path | None = None) -> list[ImageTar]:
     """Build (once) and return the busybox and pause image tarballs."""
-    directory = directory or cache_dir()
+    directory = directory or cache_dir() / "images"
     if not busybox.is_file():
         raise ImageBuildError(f"{busybox} is missing; install busybox-static: hack/containerd/install.sh base")
     directory.mkdir(parents=True, exist_ok=True)

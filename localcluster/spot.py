@@ -1,7 +1,7 @@
 """The spot environment on a one-node cluster: the fake vendor plugin for 2 GPUs and ``gpushare
 agent`` as a host process reading fake dcgm metrics from a file that tests and the demo rewrite.
 
-Used by tests/integration/spot/conftest.py and hack/demo_spot.py.
+Used by the spot tier (tests/integration/spot) and hack/demo_spot.py.
 """
 
 from __future__ import annotations
@@ -20,16 +20,11 @@ from typing import Any
 
 from controller.metrics.fake_exporter import FakeGpu, write_dcgm
 from gpushare import keys
-from tests.harness.cluster import Cluster
-from tests.integration.e2e.agent_process import (
-    FAKE_RESOURCE,
-    REPO,
-    AgentProcess,
-    FakeGpus,
-    agent_config,
-    free_port,
-    pod_manifest,
-)
+from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, agent_config
+from localcluster.cluster import Cluster
+from localcluster.host import free_port
+from localcluster.paths import REPO
+from localcluster.pods import pod_manifest
 
 IDLE_WINDOW_S = 2.0
 SCRAPE_INTERVAL_S = 0.2

@@ -1,4 +1,4 @@
-# containerd tier (issue 2): runc + busybox (bookworm), containerd 1.7.24 (trixie .deb, unpacked) and
+# containerd tier: runc + busybox (bookworm), containerd 1.7.24 (trixie .deb, unpacked) and
 # containerd 2.x built with Go, all cached under $(GPUSHARE_CACHE). See docs/testing-containerd.md.
 .PHONY: containerd-deps
 containerd-deps:

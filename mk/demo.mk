@@ -1,4 +1,4 @@
-# `make demo` (issue 7): one-node cluster + 2 fake GPUs + the gpushare agent as a host process, and a
+# `make demo`: one-node cluster + 2 fake GPUs + the gpushare agent as a host process, and a
 # walk-through (DinD, 8 share-gpu-4 replicas on 2 shadows, gpushare status). Leaves it running;
 # `make demo-down` removes everything. Installs what it needs through the same steps as `make deps`.
 DEMO_ROOT ?= /tmp/gs-demo

@@ -1,4 +1,4 @@
-# gpukmod QEMU tier (issue 4): Debian's 6.1 and 6.12 (IBT) kernels + headers, unpacked under
+# gpukmod QEMU tier: Debian's 6.1 and 6.12 (IBT) kernels + headers, unpacked under
 # $(GPUSHARE_CACHE)/kernel, plus qemu-system-x86, busybox-static, kmod and dwarves on the host.
 # See docs/gpukmod.md. The cffi helper is built by `pip install -e .` (setup.py cffi_modules);
 # kmod-native rebuilds it in place when its C source changes.

@@ -1,4 +1,4 @@
-# One-node Kubernetes (issue 5): kube-* and kubectl v1.34.4 built with Go from k8s.io/kubernetes,
+# One-node Kubernetes: kube-* and kubectl v1.34.4 built with Go from k8s.io/kubernetes,
 # etcd from trixie, containerd 2.x from containerd-deps; all cached under $(GPUSHARE_CACHE).
 # See docs/cluster.md.
 KUBE_VERSION ?= v1.34.4
@@ -13,9 +13,9 @@ kube-deps: containerd-deps
 # `eval "$$(make -s cluster-up)"` sets it in the calling shell.
 cluster-up: venv
 	$(MAKE) -s kube-deps >&2
-	GPUSHARE_KUBE_VERSION=$(KUBE_VERSION) $(PY) -m tests.harness.cluster up --root $(CLUSTER_ROOT)
+	GPUSHARE_KUBE_VERSION=$(KUBE_VERSION) $(PY) -m localcluster up --root $(CLUSTER_ROOT)
 
 cluster-down: venv
-	GPUSHARE_KUBE_VERSION=$(KUBE_VERSION) $(PY) -m tests.harness.cluster down --root $(CLUSTER_ROOT)
+	GPUSHARE_KUBE_VERSION=$(KUBE_VERSION) $(PY) -m localcluster down --root $(CLUSTER_ROOT)
 
 DEPS += kube-deps

@@ -1,4 +1,4 @@
-# Spot (issue 8): the demo's spot act on its own one-node cluster (~1 min, root): a lendable dev
+# Spot: the demo's spot act on its own one-node cluster (~1 min, root): a lendable dev
 # pod goes idle, a spot job takes its GPU, the owner returns, the job is killed and deleted, and
 # `gpushare status` says why. `make demo` runs it after its own walk-through. Needs kube-deps.
 .PHONY: demo-spot

@@ -1,16 +1,125 @@
-"""Test-suite rules shared by every tier (style.md §2.8).
+"""Test-suite rules shared by every tier.
 
 - Integration tests (real containerd, kubelet, kernel in QEMU) run after everything else.
 - A test that leaves a thread running fails: leaked threads hide hangs and races.
+- A skip is never a pass: any skipped (or xfailed) test fails the run, unless its tier is named in
+  ``GPUSHARE_ALLOW_SKIP`` (space- or comma-separated; CI never sets it), e.g.
+  ``GPUSHARE_ALLOW_SKIP="kernel containerd" make test`` on a machine without QEMU or root. A tier is
+  ``unit``, ``property`` or the name of a ``tests/integration/<tier>`` directory. Plain ``pytest``
+  behaves exactly like ``make test``.
+- The terminal summary ends with each tier's wall time (setup, call and teardown of its tests).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+ALLOW_SKIP_ENV = "GPUSHARE_ALLOW_SKIP"
+
+
+def known_tiers() -> list[str]:
+    integration = sorted(p.name for p in (TESTS / "integration").iterdir() if p.is_dir() and p.name != "__pycache__")
+    return ["unit", "property", *integration]
+
+
+def tier_of(path: Path) -> str:
+    """``unit``, ``property`` or ``<tier>`` of tests/integration/<tier>; ``other`` outside them."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return "other"
+    if len(parts) > 2 and parts[0] == "integration":
+        return parts[1]
+    return parts[0] if len(parts) > 1 else "other"
+
+
+def allowed_skip_tiers(value: str, known: list[str]) -> set[str]:
+    """The tiers named in ``GPUSHARE_ALLOW_SKIP``; a name that is no tier is an error, not a no-op."""
+    names = {n for n in value.replace(",", " ").split() if n}
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise pytest.UsageError(f"{ALLOW_SKIP_ENV} names no tier: {', '.join(unknown)}; tiers: {', '.join(known)}")
+    return names
+
+
+def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    if getattr(report, "wasxfail", None) is not None:
+        return f"xfail: {getattr(report, 'wasxfail', '')}"
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def tier_order(tier: str) -> tuple[int, str]:
+    order = known_tiers()
+    return (order.index(tier), tier) if tier in order else (len(order), tier)
+
+
+@dataclass(eq=False)  # pluggy keeps plugins in sets: hashed by identity
+class TierLedger:
+    """A pytest plugin: per tier, the wall time of its test phases, its tests, and its skips."""
+
+    allowed: set[str]
+    seconds: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, set[str]] = field(default_factory=dict)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (tier, nodeid, reason)
+
+    def hidden(self) -> list[tuple[str, str, str]]:
+        """Skips that fail the run: those of tiers not allowed to skip."""
+        return [s for s in self.skipped if s[0] not in self.allowed]
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.skipped:  # a whole module skipped at import (pytest.skip(allow_module_level=True))
+            self.skipped.append((tier_of(Path(str(report.fspath))), report.nodeid, skip_reason(report)))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tier = tier_of(Path(str(report.fspath)))
+        self.seconds[tier] = self.seconds.get(tier, 0.0) + report.duration
+        self.tests.setdefault(tier, set()).add(report.nodeid)
+        if report.skipped:
+            self.skipped.append((tier, report.nodeid, skip_reason(report)))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # Runs inside the terminal reporter's hook wrapper, before its summary; the exit status set
+        # here is the one pytest exits with.
+        if self.hidden() and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.seconds:
+            terminalreporter.section("wall time per tier")
+            for tier, seconds in sorted(self.seconds.items(), key=lambda kv: tier_order(kv[0])):
+                terminalreporter.line(f"{tier:14} {seconds:8.1f} s  {len(self.tests[tier]):5} tests")
+        allowed = [s for s in self.skipped if s[0] in self.allowed]
+        if allowed:
+            terminalreporter.section(f"skips allowed by {ALLOW_SKIP_ENV}", yellow=True)
+            for tier, nodeid, reason in allowed:
+                terminalreporter.line(f"[{tier}] {nodeid}: {reason}")
+        hidden = self.hidden()
+        if hidden:
+            terminalreporter.section("skipped tests fail the run", red=True)
+            for tier, nodeid, reason in hidden:
+                terminalreporter.line(f"[{tier}] {nodeid}: {reason}", red=True)
+            tiers = " ".join(sorted({s[0] for s in hidden}, key=tier_order))
+            terminalreporter.line(
+                "a skip is never a pass: make the tier run here or, on a machine that cannot run it, "
+                f'allow it by name: {ALLOW_SKIP_ENV}="{tiers}"',
+                red=True,
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    allowed = allowed_skip_tiers(os.environ.get(ALLOW_SKIP_ENV, ""), known_tiers())
+    config.pluginmanager.register(TierLedger(allowed), "gpushare-tier-ledger")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -13,7 +13,7 @@
 #   hack/containerd/install.sh go         # containerd 2.x and the Go plugin only
 set -euo pipefail
 
-CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}"
+CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
 CD1_VERSION="1.7.24~ds1-6+deb13u1"
 CD2_VERSION="${CONTAINERD2_VERSION:-v2.4.2}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the two Debian kernels the QEMU tier boots (test-environment.md "Packages"):
+# Fetch the two Debian kernels the QEMU tier boots (docs/gpukmod.md, "Tests"):
 #   6.1  bookworm            linux-image-6.1.0-50-amd64           (no IBT)
 #   6.12 bookworm-backports  linux-image-6.12.95+deb12-amd64      (CONFIG_X86_KERNEL_IBT=y)
 # with their headers, unpacked (never installed: installing pulls initramfs-tools and a
@@ -8,7 +8,7 @@
 # Idempotent: a finished release leaves a .done stamp and is skipped next time.
 set -euo pipefail
 
-CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}/kernel"
+CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}/kernel"
 # release -> "suite image-version kbuild-package"
 declare -A KERNELS=(
   [6.1.0-50-amd64]="bookworm 6.1.0-50 linux-kbuild-6.1"
@@ -37,7 +37,7 @@ host_tools() {
   fi
 }
 
-# A private apt configuration, so the machine's sources are never edited (test-environment.md).
+# A private apt configuration, so the machine's sources are never edited.
 APT_DIR="$CACHE/apt"
 apt_private() {
   apt-get -q -o Dir::Etc::SourceList="$APT_DIR/sources.list" -o Dir::Etc::SourceParts=- \

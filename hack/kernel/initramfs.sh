@@ -5,7 +5,7 @@
 #   hack/kernel/initramfs.sh RELEASE OUT.cpio.gz
 set -euo pipefail
 rel="$1"; out="$2"
-CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}/kernel"
+CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}/kernel"
 root="$CACHE/$rel/root"
 stage="$(mktemp -d /tmp/gs-irfs-XXXX)"; trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,proc,sys,dev,host,modules}

@@ -6,7 +6,7 @@
 set -euo pipefail
 rel="$1"; script="$2"; timeout_s="${3:-600}"
 here="$(cd "$(dirname "$0")" && pwd)"
-CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}/kernel"
+CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}/kernel"
 vmlinux="$CACHE/$rel/vmlinux"
 [ -f "$vmlinux" ] || { echo "run-guest: $vmlinux missing; run make kernels" >&2; exit 2; }
 initrd="$CACHE/$rel/initramfs.cpio.gz"

@@ -13,7 +13,7 @@
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
-CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}"
+CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
 DEST="$CACHE/kube/$KUBE_VERSION"
 BIN="$DEST/bin"
 STAMP="$BIN/.complete"

@@ -6,7 +6,7 @@
 # list and private apt state directories are used, and the package is unpacked, not installed.
 set -euo pipefail
 
-CACHE="${GPUSHARE_CACHE:-/root/.cache/gpushare}"
+CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
 APT="$CACHE/apt-trixie-kube"
 OUT="$CACHE/etcd"
 

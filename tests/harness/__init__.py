@@ -1,1 +1,2 @@
-"""Reusable harnesses that start real peers for the integration tiers (containerd, kubelet, QEMU)."""
+"""Test-only harness pieces: NRI plugin processes, a pod-resources server, fake device nodes and the
+session's ``cluster`` fixture. The cluster, containerd and the agent runner they drive are in localcluster/."""

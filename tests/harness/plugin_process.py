@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.harness.lifecycle import Lifecycle, terminate
+from localcluster.lifecycle import Lifecycle, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUSHARE = ROOT / ".venv" / "bin" / "gpushare"

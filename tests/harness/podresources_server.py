@@ -16,7 +16,7 @@ import grpc
 
 from controller._pb import podresources_pb2 as pb
 from controller._pb import podresources_pb2_grpc as pb_grpc
-from tests.harness.lifecycle import Lifecycle
+from localcluster.lifecycle import Lifecycle
 
 # (namespace, pod) -> container -> resource -> device ids
 Allocations = dict[tuple[str, str], dict[str, dict[str, list[str]]]]

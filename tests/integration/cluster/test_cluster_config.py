@@ -8,23 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import (
-    CLIENT_CERTS,
-    NODE_NAME,
-    Binaries,
-    ClusterUnavailable,
-    Layout,
-    Ports,
+from localcluster.component_config import (
     apiserver_args,
     controller_manager_args,
     etcd_args,
     kubelet_args,
     kubelet_config_doc,
-    make_pki,
-    mounts_under,
     node_ready,
     scheduler_args,
 )
+from localcluster.errors import ClusterUnavailable
+from localcluster.host import mounts_under
+from localcluster.layout import NODE_NAME, Binaries, Layout, Ports
+from localcluster.paths import cache_dir
+from localcluster.pki import CLIENT_CERTS, make_pki
 
 LAYOUT = Layout(Path("/tmp/gs-kABC"))
 PORTS = Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, kubelet=10250, kubelet_healthz=10248)
@@ -83,12 +80,28 @@ def test_mounts_under_lists_deepest_first_and_ignores_siblings() -> None:
             r"53 27 0:42 / /tmp/gs-k1/with\040space rw - tmpfs tmpfs rw",
         ]
     )
-    assert mounts_under(info, Path("/tmp/gs-k1")) == [
+    assert mounts_under(Path("/tmp/gs-k1"), info) == [
         "/tmp/gs-k1/with space",
         "/tmp/gs-k1/kubelet/pods/u/volumes/x",
         "/tmp/gs-k1/kubelet",
     ]
-    assert mounts_under(info, Path("/nowhere")) == []
+    assert mounts_under(Path("/nowhere"), info) == []
+
+
+def test_mounts_under_decodes_every_mountinfo_escape() -> None:
+    info = r"60 27 0:43 / /tmp/gs-k2/a\011tab\134back\012nl rw - tmpfs tmpfs rw"
+    assert mounts_under(Path("/tmp/gs-k2"), info) == ["/tmp/gs-k2/a\ttab\\back\nnl"]
+
+
+def test_cache_dir_is_gpushare_cache_then_xdg_then_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("GPUSHARE_CACHE", raising=False)
+    assert cache_dir() == tmp_path / ".cache" / "gpushare"
+    monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
+    assert cache_dir() == Path("/xdg/gpushare")
+    monkeypatch.setenv("GPUSHARE_CACHE", "/builds")
+    assert cache_dir() == Path("/builds")
 
 
 @pytest.mark.parametrize(

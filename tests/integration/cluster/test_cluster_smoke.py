@@ -1,4 +1,4 @@
-"""Smoke tests of the real one-node cluster (issue 5): kubelet v1.34.4 + containerd 2.x + etcd."""
+"""Smoke tests of the real one-node cluster: kubelet v1.34.4 + containerd 2.x + etcd."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.harness.cluster import NODE_NAME, Cluster
-from tests.harness.images import BUSYBOX_IMAGE
+from localcluster.cluster import Cluster
+from localcluster.images import BUSYBOX_IMAGE
+from localcluster.layout import NODE_NAME
 
 # busybox as PID 1 ignores SIGTERM; this exits at once so deletes do not wait for the grace period.
 SLEEP_FOREVER = "trap 'exit 0' TERM; sleep 3600 & wait"
@@ -238,7 +239,7 @@ def test_containerd_restart_keeps_pods_and_serves_new_ones(cluster: Cluster) -> 
 
 
 def test_start_time_and_memory(cluster: Cluster) -> None:
-    """The figures of issue 5: cached start to node Ready (goal < 30 s) and control-plane memory."""
+    """The cluster's figures: cached start to node Ready (goal < 30 s) and control-plane memory."""
     ready = cluster.timings["node_ready"]
     rss = cluster.rss_mib()
     control_plane = sum(rss[c] for c in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"))

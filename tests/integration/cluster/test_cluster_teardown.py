@@ -12,22 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import (
-    Binaries,
-    ClusterUnavailable,
-    cache_dir,
-    find_installs,
-    leftovers,
-    read_sysctls,
-    reap_dead_clusters,
-)
-from tests.harness.images import BUSYBOX_IMAGE
+from localcluster.bringup import find_installs, reap_dead_clusters
+from localcluster.cluster import leftovers
+from localcluster.errors import ClusterUnavailable
+from localcluster.images import BUSYBOX_IMAGE
+from localcluster.layout import Binaries
+from localcluster.paths import cache_dir
+from localcluster.sysctls import read_sysctls
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def cli(action: str, root: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tests.harness.cluster", action, "--root", str(root)]
+    argv = [sys.executable, "-m", "localcluster", action, "--root", str(root)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO, check=False)
 
 
@@ -103,7 +100,7 @@ def test_a_cluster_whose_test_process_was_killed_is_reaped() -> None:
     require_cluster_installs()
     root = Path(tempfile.mkdtemp(prefix="gs-kr", dir="/tmp"))
     script = (
-        "import sys, time; from pathlib import Path; from tests.harness.cluster import new_cluster; "
+        "import sys, time; from pathlib import Path; from localcluster.bringup import new_cluster; "
         "new_cluster(Path(sys.argv[1])).start(); print('up', flush=True); time.sleep(600)"
     )
     owner = subprocess.Popen(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpushare import keys
-from tests.harness.cri import CriClient, DeviceSpec, Pod
+from localcluster.cri import CriClient, DeviceSpec, Pod
 from tests.harness.devices import FakeDevice
 
 GPU_PATH = "/dev/fakegpu0"

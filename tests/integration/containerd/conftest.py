@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.containerd import VERSIONS, Containerd, ContainerdInstall, InstallMissing, find_install
-from tests.harness.cri import CriClient
+from localcluster.containerd import VERSIONS, Containerd, ContainerdInstall, InstallMissing, find_install
+from localcluster.cri import CriClient
 from tests.harness.devices import FakeDevice, make_fake_device
 from tests.harness.plugin_process import PluginProcess
 

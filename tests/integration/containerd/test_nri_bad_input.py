@@ -1,4 +1,4 @@
-"""Issue 2 bad input: each refused instruction fails only its own container, with a clear message.
+"""Bad NRI instructions: each refused instruction fails only its own container, with a clear message.
 
 After every refusal the test checks that the rest of the pod is unaffected (the source keeps its
 device, a bystander container is created and starts) and that the plugin is still connected (no
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpushare import keys
-from tests.harness.cri import CriClient, CriError, DeviceSpec, Pod
+from localcluster.cri import CriClient, CriError, DeviceSpec, Pod
 from tests.harness.devices import FakeDevice, make_fake_device
 from tests.harness.plugin_process import PluginProcess
 from tests.integration.containerd.common import GPU_ID, VISIBLE, probe, run_source, same_pod_annotation

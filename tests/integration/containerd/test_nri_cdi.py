@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from tests.harness.containerd import Containerd
-from tests.harness.cri import CriClient
+from localcluster.containerd import Containerd
+from localcluster.cri import CriClient
 from tests.harness.devices import FakeDevice
 from tests.harness.plugin_process import PluginProcess
 from tests.integration.containerd.common import GPU_PATH, VISIBLE, expected_node, probe, same_pod_annotation

@@ -1,4 +1,4 @@
-"""Issue 2 cross-pod (design §8): a sharer's container annotation naming a shadow pod's `main`.
+"""Cross-pod injection (design §8): a sharer's container annotation naming a shadow pod's `main`.
 
 Refused without PodResources; honoured when a real gRPC PodResources server (standing in for
 kubelet) confirms the container holds those virtual IDs; refused when it does not.
@@ -13,8 +13,8 @@ import pytest
 from gpushare import keys
 from gpushare.codecs import encode_devices_from
 from gpushare.ids import virtual_ids_of
-from tests.harness.containerd import Containerd
-from tests.harness.cri import CriClient, CriError, Pod
+from localcluster.containerd import Containerd
+from localcluster.cri import CriClient, CriError, Pod
 from tests.harness.devices import FakeDevice
 from tests.harness.plugin_process import PluginProcess
 from tests.harness.podresources_server import PodResourcesServer

@@ -1,4 +1,4 @@
-"""Issue 2 DinD: the same-pod pod annotation gives container `dind` the devices of container `main`.
+"""DinD: the same-pod pod annotation gives container `dind` the devices of container `main`.
 
 Real containerd + runc + `gpushare nri run`; the GPU is a fake char node (tests.harness.devices).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.cri import CriClient, CriError
+from localcluster.cri import CriClient, CriError
 from tests.harness.devices import FakeDevice
 from tests.harness.plugin_process import PluginProcess
 from tests.integration.containerd.common import (

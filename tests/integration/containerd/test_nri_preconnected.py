@@ -1,8 +1,9 @@
-"""Issue 2: the plugin also runs pre-connected — containerd 2.x launches it from `plugin_path` and
-hands it the NRI connection as fd 3 — and then adjusts containers exactly as the external one.
+"""Pre-connected mode: containerd 2.x launches the plugin from `plugin_path` and hands it the NRI
+connection as fd 3; the plugin then adjusts containers exactly as the external one does.
 
-Only on 2.x: on 1.7.24 a pre-connected plugin that fails to register makes containerd exit, so the
-project runs it there as an external process (docs/nri.md); the 1.7.24 case skips saying so.
+Not on 1.7.24: there a pre-connected plugin that fails to register makes containerd itself exit,
+so the project runs the plugin as an external process on 1.7 (docs/nri.md). The 1.7.24 test
+asserts exactly that behaviour, the reason for the rule.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.containerd import Containerd, ContainerdInstall
-from tests.harness.cri import CriClient
+from localcluster.containerd import Containerd, ContainerdError, ContainerdInstall
+from localcluster.cri import CriClient
 from tests.harness.devices import FakeDevice
 from tests.harness.plugin_process import GPUSHARE, READY_LINE
 from tests.integration.containerd.common import probe, run_source, same_pod_annotation
@@ -38,14 +39,26 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# The conftest's containerd_install fixture, narrowed to one version per test.
+ONLY_2X = pytest.mark.parametrize("containerd_install", ["2.x"], ids=["containerd-2.x"], indirect=True)
+ONLY_1_7 = pytest.mark.parametrize("containerd_install", ["1.7.24"], ids=["containerd-1.7.24"], indirect=True)
+
+
+@ONLY_1_7
+def test_1_7_exits_when_a_preconnected_plugin_fails_to_register(containerd_install: ContainerdInstall) -> None:
+    cd = Containerd(containerd_install, preconnected_plugins={"10-failing": "#!/bin/sh\nexit 1\n"}, import_images=False)
+    try:
+        with pytest.raises(ContainerdError, match="exited during start") as exc:
+            cd.start()
+    finally:
+        cd.close()
+    assert "failed to register plugin" in str(exc.value), str(exc.value)
+
+
+@ONLY_2X
 def test_preconnected_plugin_adjusts(
     containerd_install: ContainerdInstall, fake_gpu: FakeDevice, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    if not containerd_install.is_v2:
-        pytest.skip(
-            "pre-connected plugins are not used on containerd 1.7.24 (a failed registration makes it exit); "
-            "the external mode is what runs there and is tested by the other NRI tests"
-        )
     logs = tmp_path_factory.mktemp("preconnected")
     log, pidfile = logs / "plugin.log", logs / "plugin.pid"
     # containerd starts pre-connected plugins without PATH and with /dev/null stdio: absolute paths,

@@ -1,4 +1,4 @@
-"""Issue 2: containerd restarted under the plugin; the plugin reconnects and keeps adjusting pods."""
+"""NRI reconnect: containerd restarted under the plugin; the plugin reconnects and keeps adjusting pods."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.harness.containerd import Containerd
-from tests.harness.cri import CriClient
+from localcluster.containerd import Containerd
+from localcluster.cri import CriClient
 from tests.harness.devices import FakeDevice
 from tests.harness.plugin_process import READY_LINE, PluginProcess
 from tests.integration.containerd.common import probe, run_source, same_pod_annotation

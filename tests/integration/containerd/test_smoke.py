@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.containerd import Containerd, ContainerdInstall, cgroup_pids, mounts_under, shim_pids
-from tests.harness.cri import CriClient, CriError
+from localcluster.containerd import Containerd, ContainerdInstall, shim_pids
+from localcluster.cri import CriClient, CriError
+from localcluster.host import cgroup_pids, mounts_under
 from tests.harness.devices import FakeDevice
 from tests.integration.containerd.common import GPU_ID, Seen, expected_node, probe, run_source
 

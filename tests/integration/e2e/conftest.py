@@ -1,4 +1,4 @@
-"""End-to-end tier (issue 7): the real one-node cluster (kubelet, containerd with NRI), the fake vendor
+"""End-to-end tier: the real one-node cluster (kubelet, containerd with NRI), the fake vendor
 device plugin for 2 GPUs, and ``gpushare agent`` as a host process — one of each per session.
 
 Skips (with the build command) when the cluster binaries are not built or not root, like the cluster tier.
@@ -18,14 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.harness.cluster import Cluster, cluster  # noqa: F401
-from tests.integration.e2e.agent_process import (
-    FAKE_RESOURCE,
-    REPO,
-    AgentProcess,
-    FakeGpus,
-    agent_for,
-)
+from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, agent_for
+from localcluster.cluster import Cluster
+from localcluster.paths import REPO
+from tests.harness.cluster_fixture import cluster  # noqa: F401
 
 IDLE_TIMEOUT_S = 3.0
 

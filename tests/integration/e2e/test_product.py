@@ -6,7 +6,8 @@ import json
 import os
 import time
 
-from tests.integration.e2e.agent_process import REPO, sharer
+from localcluster.paths import REPO
+from localcluster.pods import sharer
 from tests.integration.e2e.conftest import Env
 
 
@@ -100,7 +101,7 @@ def test_manifests_pass_server_side_dry_run(e2e: Env) -> None:
 
 
 def test_rbac_grants_every_call_the_agent_makes(e2e: Env) -> None:
-    """The ServiceAccount of manifests/20-rbac.yaml may do exactly what controller/io/kube.py asks of the API."""
+    """The ServiceAccount of manifests/20-rbac.yaml may do exactly what controller/io/kube_client.py asks of the API."""
     e2e.cluster.kubectl("apply", "-f", str(REPO / "manifests" / "20-rbac.yaml"))
     sa = "system:serviceaccount:gpushare-system:gpushare-agent"
     needed = [

@@ -1,4 +1,4 @@
-"""Sharing end to end (issue 7 Tests): real kubelet + containerd with NRI + fake vendor GPUs + the agent."""
+"""Sharing end to end: real kubelet + containerd with NRI + fake vendor GPUs + the agent."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import json
 import time
 from typing import Any
 
-from tests.integration.e2e.agent_process import FAKE_RESOURCE, pod_manifest, sharer
+from localcluster.agent import FAKE_RESOURCE
+from localcluster.pods import pod_manifest, sharer
 from tests.integration.e2e.conftest import IDLE_TIMEOUT_S, Env
 
 DEV_SCRIPT = "ls /dev | grep fakegpu | tr '\\n' ' '; echo; echo ${FAKE_VISIBLE_DEVICES:-none}"

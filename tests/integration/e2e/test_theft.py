@@ -1,4 +1,4 @@
-"""Theft attempts, written as an attacker would (issue 7 Tests; design §8).
+"""Theft attempts, written as an attacker would (design §8).
 
 A user controls pod annotations only: containers' annotations come from kubelet and the device
 plugins. So every attack below is a pod annotation, and the rule under test is that only an
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpushare import codecs, keys
-from tests.integration.e2e.agent_process import pod_manifest, sharer
+from localcluster.pods import pod_manifest, sharer
 from tests.integration.e2e.conftest import Env
 from tests.integration.e2e.test_sharing import DEV_SCRIPT, _running
 

@@ -1,8 +1,7 @@
-"""gpukmod.c is checkpatch-clean (style.md §2.9), and builds warning-free on both kernels."""
+"""gpukmod.c is checkpatch-clean (`checkpatch.pl --strict --no-tree`) and builds warning-free on both kernels."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -10,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpukmod.module import SOURCE_DIR, build_module
+from localcluster.paths import cache_dir
 
-CACHE = Path(os.environ.get("GPUSHARE_CACHE", Path.home() / ".cache" / "gpushare")) / "kernel"
+CACHE = cache_dir() / "kernel"
 CHECKPATCH = CACHE / "checkpatch" / "scripts" / "checkpatch.pl"
 RELEASES = ["6.1.0-50-amd64", "6.12.95+deb12-amd64"]
 

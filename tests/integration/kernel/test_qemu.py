@@ -1,4 +1,4 @@
-"""The QEMU tier for gpukmod.ko (issue 4; test-environment.md "The kernel module under QEMU").
+"""The QEMU tier for gpukmod.ko (docs/gpukmod.md, "Tests").
 
 For each of Debian's 6.1 (no IBT) and 6.12 (IBT) kernels: build the module twice against the
 cached headers (this version and a "next" one for the replace-on-install case), boot the
@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from gpukmod.module import build_module, source_version
+from localcluster.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[3]
-CACHE = Path(os.environ.get("GPUSHARE_CACHE", Path.home() / ".cache" / "gpushare")) / "kernel"
+CACHE = cache_dir() / "kernel"
 RELEASES = ["6.1.0-50-amd64", "6.12.95+deb12-amd64"]
 GUEST_TIMEOUT_S = 1100
 

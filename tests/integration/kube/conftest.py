@@ -1,8 +1,8 @@
-"""A real kube-apiserver (with its etcd) for controller.io.kube — the control plane only.
+"""A real kube-apiserver (with its etcd) for controller.io's API modules — the control plane only.
 
-controller.io.kube needs the API server and nothing else (no scheduler, kubelet or containerd),
+They need the API server and nothing else (no scheduler, kubelet or containerd),
 so this tier starts just etcd and kube-apiserver from the cluster harness's cached binaries,
-certificates and flags (tests/harness/cluster.py), in a private /tmp directory, on free ports,
+certificates and flags (localcluster), in a private /tmp directory, on free ports,
 and stops them by PID. If the binaries are missing it skips, naming the build command.
 """
 
@@ -22,19 +22,13 @@ import pytest
 import yaml
 
 from controller.errors import KubeError
-from controller.io.kube import KubeClient
-from tests.harness.cluster import (
-    Binaries,
-    ClusterUnavailable,
-    Layout,
-    Ports,
-    apiserver_args,
-    cache_dir,
-    etcd_args,
-    free_port,
-    kubeconfig_doc,
-    make_pki,
-)
+from controller.io.kube_client import KubeClient
+from localcluster.component_config import apiserver_args, etcd_args, kubeconfig_doc
+from localcluster.errors import ClusterUnavailable
+from localcluster.host import free_port
+from localcluster.layout import Binaries, Layout, Ports
+from localcluster.paths import cache_dir
+from localcluster.pki import make_pki
 
 NAMESPACES = ("gpushare-system", "tenant")
 

@@ -1,4 +1,4 @@
-"""controller.io.kube against a real kube-apiserver: pods, watches, events, the Lease, and error translation."""
+"""controller.io's API modules against a real kube-apiserver: pods, watches, events, the Lease, error translation."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller.core.model import PodRef, Pool, ShareKey, build_snapshot
+from controller.core.model import Pool, ShareKey, build_snapshot
+from controller.core.pod_facts import PodRef
 from controller.core.share_solver import build_shadow_manifest, shadow_name
 from controller.errors import ApiUnavailable, KubeError
-from controller.io.kube import KubeClient, LeaseElector, PodCache
+from controller.io.kube_client import KubeClient
+from controller.io.lease import LeaseElector
+from controller.io.pod_cache import PodCache
 from gpushare import keys
 from gpushare.config import Config
 from tests.integration.kube.conftest import ApiServer

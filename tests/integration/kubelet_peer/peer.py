@@ -1,6 +1,6 @@
 """A kubelet stand-in that speaks the device-plugin protocol over real unix sockets.
 
-It does what kubelet's device manager does (device-plugin-api.md §3 to §6), and nothing more:
+It does what kubelet's device manager does (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1), and nothing more:
 
 - serves ``v1beta1.Registration`` on ``<dir>/kubelet.sock``; on ``Register`` it checks the
   version and the resource name, dials ``<dir>/<endpoint>`` (blocking, 10 s), calls

@@ -18,7 +18,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from deviceplugins import Device, FakeGpuPlugin, InvalidShadow, PluginManager, Shadow, create_fake_gpu_nodes
+from deviceplugins import (
+    AdvertisedDevice,
+    FakeGpuPlugin,
+    InvalidShadow,
+    PluginManager,
+    ShadowSlots,
+    create_fake_gpu_nodes,
+)
 from deviceplugins._pb import api_pb2, api_pb2_grpc
 from gpushare import keys
 from tests.integration.kubelet_peer.peer import KubeletPeer
@@ -83,7 +90,7 @@ def test_registration_fields(kubelet: KubeletPeer, managers: Factory, plugin_dir
 def test_list_and_watch_pushes_whole_list_on_change(kubelet: KubeletPeer, managers: Factory) -> None:
     mgr = small(managers)
     kubelet.wait_devices(SHARE4, lambda d: d == [])
-    mgr.set_shadows([Shadow(NS, "sh-a", 4), Shadow(NS, "sh-b", 2)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4), ShadowSlots(NS, "sh-b", 2)])
     ids_a = [f"{NS}/sh-a-{i}" for i in range(4)]
     got = kubelet.wait_devices(SHARE4, lambda d: len(d) == 4)
     assert got == [(i, "Healthy") for i in ids_a]
@@ -91,11 +98,11 @@ def test_list_and_watch_pushes_whole_list_on_change(kubelet: KubeletPeer, manage
         (f"{NS}/sh-b-0", "Healthy"),
         (f"{NS}/sh-b-1", "Healthy"),
     ]
-    # Close one shadow: the whole list again, its slots Unhealthy.
-    mgr.set_shadow_health(f"{NS}/sh-a", False)
+    # Close one shadow's slots: the whole list again, its slots Unhealthy.
+    mgr.set_devices(SHARE4, [AdvertisedDevice(i, False) for i in ids_a])
     assert kubelet.wait_devices(SHARE4, lambda d: d[0][1] == "Unhealthy") == [(i, "Unhealthy") for i in ids_a]
     # Two shadows of spec 4: count = shadows x N.
-    mgr.set_shadows([Shadow(NS, "sh-a", 4), Shadow(NS, "sh-c", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4), ShadowSlots(NS, "sh-c", 4)])
     assert len(kubelet.wait_devices(SHARE4, lambda d: len(d) == 8)) == 8
     mgr.set_shadows([])
     assert kubelet.wait_devices(SHARE4, lambda d: d == []) == []
@@ -103,17 +110,17 @@ def test_list_and_watch_pushes_whole_list_on_change(kubelet: KubeletPeer, manage
 
 def test_bad_shadows_change_nothing(kubelet: KubeletPeer, managers: Factory) -> None:
     mgr = small(managers)
-    mgr.set_shadows([Shadow(NS, "sh-a", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4)])
     kubelet.wait_devices(SHARE4, lambda d: len(d) == 4)
     with pytest.raises(InvalidShadow, match="share-gpu-3 is not served"):
-        mgr.set_shadows([Shadow(NS, "sh-a", 4), Shadow(NS, "sh-x", 3)])
-    assert mgr.shadows() == (Shadow(NS, "sh-a", 4),)
+        mgr.set_shadows([ShadowSlots(NS, "sh-a", 4), ShadowSlots(NS, "sh-x", 3)])
+    assert mgr.shadows() == (ShadowSlots(NS, "sh-a", 4),)
     assert len(mgr.plugin(SHARE4).devices()) == 4
 
 
 def test_allocate_share_annotation_exact_json(kubelet: KubeletPeer, managers: Factory) -> None:
     mgr = small(managers)
-    mgr.set_shadows([Shadow(NS, "sh-a", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4)])
     kubelet.wait_devices(SHARE4, lambda d: len(d) == 4)
     resp = kubelet.allocate(SHARE4, [f"{NS}/sh-a-2"])
     assert dict(resp.annotations) == {
@@ -125,7 +132,7 @@ def test_allocate_share_annotation_exact_json(kubelet: KubeletPeer, managers: Fa
 
 def test_allocate_unknown_ids_named(kubelet: KubeletPeer, managers: Factory) -> None:
     mgr = small(managers)
-    mgr.set_shadows([Shadow(NS, "sh-a", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4)])
     kubelet.wait_devices(SHARE4, lambda d: len(d) == 4)
     before = len(kubelet.wait_list_count(SHARE4, 1))
     with pytest.raises(grpc.RpcError) as exc:
@@ -138,7 +145,7 @@ def test_allocate_unknown_ids_named(kubelet: KubeletPeer, managers: Factory) -> 
 
 def test_preferred_allocation_packs_share(kubelet: KubeletPeer, managers: Factory) -> None:
     mgr = small(managers)
-    mgr.set_shadows([Shadow(NS, "sh-a", 4), Shadow(NS, "sh-b", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4), ShadowSlots(NS, "sh-b", 4)])
     kubelet.wait_devices(SHARE4, lambda d: len(d) == 8)
     available = [f"{NS}/sh-a-{i}" for i in range(4)] + [f"{NS}/sh-b-3"]
     assert kubelet.preferred(SHARE4, available, [], 1) == [f"{NS}/sh-b-3"]
@@ -147,7 +154,9 @@ def test_preferred_allocation_packs_share(kubelet: KubeletPeer, managers: Factor
 
 def test_spot_health_allocate_and_preference(kubelet: KubeletPeer, managers: Factory) -> None:
     mgr = small(managers)
-    mgr.set_real_devices("nvidia.com/gpu", [Device("GPU-0"), Device("GPU-1"), Device("GPU-2")])
+    mgr.set_real_devices(
+        "nvidia.com/gpu", [AdvertisedDevice("GPU-0"), AdvertisedDevice("GPU-1"), AdvertisedDevice("GPU-2")]
+    )
     got = kubelet.wait_devices(SPOT, lambda d: len(d) == 3)
     assert got == [("spot-GPU-0", "Unhealthy"), ("spot-GPU-1", "Unhealthy"), ("spot-GPU-2", "Unhealthy")]
     mgr.set_spot_health("GPU-1", True)
@@ -159,7 +168,7 @@ def test_spot_health_allocate_and_preference(kubelet: KubeletPeer, managers: Fac
         kubelet.allocate(SPOT, ["spot-GPU-0"])
     assert exc.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "spot-GPU-0" in exc.value.details() and "Unhealthy" in exc.value.details()
-    # Health is recomputed both ways (style.md trap 2).
+    # Health is recomputed both ways: an Unhealthy GPU can come back without a restart.
     mgr.set_spot_health("GPU-1", False)
     kubelet.wait_devices(SPOT, lambda d: d[1] == ("spot-GPU-1", "Unhealthy"))
     mgr.set_spot_lent(["GPU-1"])
@@ -167,7 +176,7 @@ def test_spot_health_allocate_and_preference(kubelet: KubeletPeer, managers: Fac
 
 
 def _restart_and_check(kubelet: KubeletPeer, mgr: PluginManager, wipe_dir: bool) -> float:
-    mgr.set_shadows([Shadow(NS, "sh-a", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4)])
     kubelet.wait_devices(SHARE4, lambda d: len(d) == 4)
     counts = {r: len(kubelet.registered(r)) for r in mgr.resources}
     start = time.monotonic()
@@ -356,7 +365,7 @@ def test_deviceplugins_run_refuses_bad_shadow(plugin_dir: str) -> None:
 def test_stream_limit_protects_unary_workers(kubelet: KubeletPeer, managers: Factory, plugin_dir: str) -> None:
     """ListAndWatch streams pin workers: beyond max_streams they are refused, Allocate still answers."""
     mgr = small(managers)
-    mgr.set_shadows([Shadow(NS, "sh-a", 4)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4)])
     path = os.path.join(plugin_dir, "gpushare-share-gpu-4.sock")
     limit = mgr.plugin(SHARE4).max_streams
     channel = grpc.insecure_channel("unix:" + path)

@@ -1,4 +1,4 @@
-"""The device plugins against the real kubelet of the one-node cluster (issue 5's harness).
+"""The device plugins against the real kubelet of the one-node cluster (localcluster).
 
 The same checks as the protocol-peer tier, but the peer is kubelet v1.34 itself: node
 allocatable, a pod's container annotation as containerd received it, a health flip, and a
@@ -20,15 +20,24 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from deviceplugins import FakeGpuPlugin, PluginManager, Shadow, create_fake_gpu_nodes
+from deviceplugins import AdvertisedDevice, FakeGpuPlugin, PluginManager, ShadowSlots, create_fake_gpu_nodes
 from deviceplugins.server import socket_identity
-from tests.harness.cluster import Cluster, ClusterError, cluster  # noqa: F401  (session-scoped fixture)
-from tests.harness.cri import CriClient
-from tests.harness.images import BUSYBOX_IMAGE
+from localcluster.cluster import Cluster
+from localcluster.cri import CriClient
+from localcluster.errors import ClusterError
+from localcluster.images import BUSYBOX_IMAGE
+from tests.harness.cluster_fixture import cluster  # noqa: F401  (session-scoped fixture)
 
 NS = "gpushare-system"
 SHARE4 = "gpushare/share-gpu-4"
 SLEEP_FOREVER = "trap 'exit 0' TERM; sleep 3600 & wait"
+
+
+def share4_slots(sh_b_open: bool) -> list[AdvertisedDevice]:
+    """share-gpu-4's list with sh-b's slots open or closed to new sharers (sh-a's always open)."""
+    return [AdvertisedDevice(f"{NS}/sh-a-{i}") for i in range(4)] + [
+        AdvertisedDevice(f"{NS}/sh-b-{i}", sh_b_open) for i in range(4)
+    ]
 
 
 def allocatable(c: Cluster, resource: str) -> int:
@@ -55,7 +64,7 @@ def test_real_kubelet_allocatable_pod_annotation_health_restart(
 ) -> None:
     mgr = plugins
     # 1. allocatable = shadows x N
-    mgr.set_shadows([Shadow(NS, "sh-a", 4), Shadow(NS, "sh-b", 4), Shadow(NS, "sh-c", 2)])
+    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4), ShadowSlots(NS, "sh-b", 4), ShadowSlots(NS, "sh-c", 2)])
     cluster.wait_for("share-gpu-4 allocatable 8", lambda: allocatable(cluster, SHARE4) == 8, 30)
     cluster.wait_for("share-gpu-2 allocatable 2", lambda: allocatable(cluster, "gpushare/share-gpu-2") == 2, 30)
 
@@ -78,9 +87,9 @@ def test_real_kubelet_allocatable_pod_annotation_health_restart(
         cluster.kubectl("delete", "pod", name, "--wait=false", check=False)
 
     # 3. a health flip changes allocatable
-    mgr.set_shadow_health(f"{NS}/sh-b", False)
+    mgr.set_devices(SHARE4, share4_slots(False))
     cluster.wait_for("share-gpu-4 allocatable 4", lambda: allocatable(cluster, SHARE4) == 4, 30)
-    mgr.set_shadow_health(f"{NS}/sh-b", True)
+    mgr.set_devices(SHARE4, share4_slots(True))
     cluster.wait_for("share-gpu-4 allocatable 8 again", lambda: allocatable(cluster, SHARE4) == 8, 30)
     # The flip as kubelet itself sees it (a separate process), polled through PodResources.
     flips: list[float] = []
@@ -88,7 +97,7 @@ def test_real_kubelet_allocatable_pod_annotation_health_restart(
         healthy = i % 2 == 1
         want = 8 if healthy else 4
         t = time.monotonic()
-        mgr.set_shadow_health(f"{NS}/sh-b", healthy)
+        mgr.set_devices(SHARE4, share4_slots(healthy))
         while len(kubelet_allocatable(cluster).get(SHARE4, ())) != want:
             assert time.monotonic() - t < 5, "kubelet never saw the flip"
         flips.append(time.monotonic() - t)

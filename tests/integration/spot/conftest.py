@@ -1,4 +1,4 @@
-"""Spot tier (issue 8): a private one-node cluster, the fake vendor plugin for 2 GPUs, and
+"""Spot tier: a private one-node cluster, the fake vendor plugin for 2 GPUs, and
 ``gpushare agent`` as a host process reading fake dcgm metrics from a file the tests rewrite.
 
 The cluster is private to this module (not the session's) so the agent here is the only one
@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.cluster import ClusterUnavailable, find_installs, running_cluster
-from tests.integration.spot.env import SpotEnv, spot_environment
+from localcluster.bringup import find_installs, running_cluster
+from localcluster.errors import ClusterUnavailable
+from localcluster.spot import SpotEnv, spot_environment
 
 
 @pytest.fixture(scope="module")

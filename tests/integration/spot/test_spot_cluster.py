@@ -1,4 +1,4 @@
-"""Spot on the one-node cluster (issue 8): lend an idle owner's GPU, take it back on the owner's return.
+"""Spot on the one-node cluster: lend an idle owner's GPU, take it back on the owner's return.
 
 The owner's "return" uses the utilization path (no gpukmod on this host): the test rewrites the
 fake dcgm file so the owner's pod shows up using its GPU. Tests run in order and share the agent.
@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.spot.procs import CgroupIndex
+from controller.spot.cgroups import CgroupIndex
 from gpushare import keys
-from tests.integration.spot.env import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
+from localcluster.spot import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
 
 SPOT = keys.RESOURCE_SPOT_GPU
 

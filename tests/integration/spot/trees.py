@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from controller.spot.procs import CGROUP_ROOT, ContainerCgroup
+from controller.spot.cgroups import CGROUP_ROOT, ContainerCgroup
 
 HIERARCHIES = ("freezer", "pids")
 

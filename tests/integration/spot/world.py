@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.core.actions import KillContainers, KmodCommand
+from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, build_snapshot
-from controller.core.spot_solver import IdleVerdict, SpotPlan, plan_spot
+from controller.core.spot_solver import SpotPlan, plan_spot
 from controller.spot.runtime import SpotRuntime
 from gpushare import keys
 from gpushare.config import Config
+from gpushare.ids import format_spot_id
 
 REAL = "nvidia.com/gpu"
 NOW = 1_000_000.0
@@ -52,9 +54,7 @@ def spot_world(borrower_container_ids: list[str], *, owner_pidns: int, gpus: int
     rows = [PodResourcesEntry("team", "owner", "app", REAL, ids)]
     for i, cid in enumerate(borrower_container_ids):
         pods.append(_pod(f"job{i}", "spot", {keys.RESOURCE_SPOT_GPU: "1"}, cid, None))
-        rows.append(
-            PodResourcesEntry("spot", f"job{i}", "app", keys.RESOURCE_SPOT_GPU, (keys.SPOT_DEVICE_PREFIX + ids[i],))
-        )
+        rows.append(PodResourcesEntry("spot", f"job{i}", "app", keys.RESOURCE_SPOT_GPU, (format_spot_id(ids[i]),)))
     cfg = Config(node_name="node", real_resources=(REAL,))
     snap = build_snapshot(
         pods, cfg, pod_resources=rows, allocatable={REAL: ids}, pidns_by_container={"c-owner": owner_pidns}

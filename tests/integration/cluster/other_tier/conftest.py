@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from tests.harness.cluster import cluster  # noqa: F401
+from tests.harness.cluster_fixture import cluster  # noqa: F401

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.harness.cluster import Cluster
+from localcluster.cluster import Cluster
 
 
 def clusters_owned_by_this_process() -> list[str]:

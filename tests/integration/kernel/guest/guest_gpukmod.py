@@ -1,4 +1,4 @@
-"""gpukmod.ko in a real kernel (issue 4). Runs only inside the QEMU guest that
+"""gpukmod.ko in a real kernel. Runs only inside the QEMU guest that
 tests/integration/kernel/test_qemu.py boots on Debian's 6.1 and 6.12 (IBT) kernels; the host
 never collects this file (its name does not match test_*.py).
 

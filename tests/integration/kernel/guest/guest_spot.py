@@ -1,4 +1,4 @@
-"""Inside the QEMU guest (issue 8): the agent's kernel client against the real gpukmod.ko.
+"""Inside the QEMU guest: the agent's kernel client against the real gpukmod.ko.
 
 A watched owner (pid 1 of its own pid namespace) issues one 0x46 ioctl while lent: the agent's
 KmodBridge gets exactly one notice, one loop pass turns it into exactly one return (state
@@ -14,8 +14,10 @@ import pytest
 
 from controller.core.actions import KmodCommand
 from controller.core.spot_solver import SpotState
-from controller.spot.procs import CgroupIndex
-from controller.spot.runtime import CgroupKiller, KmodBridge, SpotRuntime
+from controller.spot.cgroups import CgroupIndex
+from controller.spot.killer import CgroupKiller
+from controller.spot.kmod_bridge import KmodBridge
+from controller.spot.runtime import SpotRuntime
 from tests.integration.kernel.guest.common import Worker, in_guest, module_loaded
 from tests.integration.spot.world import agent_pass, spot_world
 
