@@ -1,24 +1,33 @@
 """Benchmark: our Prometheus text parser vs prometheus_client's, on one generated scrape.
 
-    .venv/bin/python bench/metrics_parse.py [--gpus 16] [--lines 3000] [--repeats 31]
+    .venv/bin/python bench/metrics_parse.py [--gpus 16] [--lines 3000] [--repeats 31] [--quick]
 
 The scrape looks like dcgm-exporter in Kubernetes mode on a 16-GPU node: HELP and TYPE per
 family, one series per GPU with dcgm's label set, pod labels on half of the GPUs, padded
 with more DCGM-style families until it has exactly ``--lines`` lines. Both parsers read the
-same text; each round runs both (alternating which goes first), and the medians are
-compared. ``prometheus_client`` is a test dependency only; the agent never imports it.
+same text; each round runs both (alternating which goes first). Printed: each parser's median
+with its 95 % bootstrap interval (bench/stats.py), and the speed-up as the median of the
+per-round ratios (both parsers timed in the same round), with its interval.
+``prometheus_client`` is a test dependency only; the agent never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.stats import estimate_median
 from controller.metrics.adapters import parse_metrics, parse_text
+
+REPEATS = 31
+QUICK_REPEATS = 5
 
 FAMILIES = [
     "DCGM_FI_DEV_GPU_UTIL",
@@ -109,11 +118,18 @@ def measure(text: str, gpus: int, repeats: int) -> dict[str, float]:
         f"scrape: {gpus} GPUs, {text.count(chr(10))} lines, {len(ours.samples)} samples, "
         f"{len(text)} bytes; {repeats} interleaved rounds"
     )
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    for name, median in medians.items():
-        print(f"  {name:<50} median {median * 1000:8.2f} ms   min {min(times[name]) * 1000:8.2f} ms")
-    print(f"  ratio prometheus_client / parse_text:    {medians[THEIRS] / medians[OURS]:.1f}x")
-    print(f"  ratio prometheus_client / parse_metrics: {medians[THEIRS] / medians[OURS_FULL]:.1f}x")
+    medians: dict[str, float] = {}
+    for name, t in times.items():
+        est = estimate_median([v * 1000 for v in t])
+        medians[name] = est.median / 1000
+        print(f"  {name:<50} median {est.median:8.2f} ms  95 % CI {est.interval('.2f')}  min {min(t) * 1000:8.2f} ms")
+    for label, ours_name in (("parse_text", OURS), ("parse_metrics", OURS_FULL)):
+        ratios = [theirs / mine for theirs, mine in zip(times[THEIRS], times[ours_name], strict=True)]
+        est = estimate_median(ratios)
+        print(
+            f"  prometheus_client / {label + ':':<15} {est.median:.1f}x "
+            f"(median of {est.n} per-round ratios, 95 % CI {est.interval('.1f')})"
+        )
     return medians
 
 
@@ -126,12 +142,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--gpus", type=int, default=16)
     parser.add_argument("--lines", type=int, default=3000)
-    parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--repeats", type=int, default=None, help=f"interleaved rounds (default {REPEATS})")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_REPEATS} rounds")
     args = parser.parse_args()
+    repeats = args.repeats or (QUICK_REPEATS if args.quick else REPEATS)
     print("== exporter-shaped text (each GPU's label set repeats across families, as real exporters write)")
-    measure(generate(args.gpus, args.lines), args.gpus, args.repeats)
+    measure(generate(args.gpus, args.lines), args.gpus, repeats)
     print("== worst case for us: every series has a distinct label set (no label-text reuse)")
-    measure(generate(args.gpus, args.lines, unique_labels=True), args.gpus, args.repeats)
+    measure(generate(args.gpus, args.lines, unique_labels=True), args.gpus, repeats)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,25 @@
-"""One pass of the controller's decision code over a synthetic cluster (issue 7 benchmark).
+"""One pass of the controller's decision code over a synthetic cluster.
 
 The cluster: 100 nodes with 8 GPUs each and 2,000 pods — shadows of every kind and N,
 sharers bound to them (with and without mapping records), pending sharers, lendable
 owners, spot borrowers and plain pods — as ``V1Pod.to_dict()``-shaped dicts, the way the
 kube I/O layer hands them over.
 
-Measured, each repeated (default 15 times; median, min and max printed):
+Measured, each repeated (default 15 times, ``--quick`` 3; median with its 95 % bootstrap
+interval from bench/stats.py, min and max printed):
 
 - cluster pass (what the Lease holder runs): ``build_snapshot`` of all 2,000 pods +
   ``plan_shadows``. Goal: < 1 s.
 - node pass (what every agent runs, for one node): ``build_snapshot`` of that node's pods
   + ``MappingCache.rebuild`` + ``plan_node_shares`` + ``plan_spot``.
 
-Run: ``.venv/bin/python bench/reconcile_scale.py [--repeats N] [--nodes N] [--pods N]``
+Run: ``.venv/bin/python bench/reconcile_scale.py [--repeats N] [--nodes N] [--pods N] [--quick]``
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -28,14 +28,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.stats import estimate_median
+from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot, encode_owner_annotation, encode_users_annotation
 from controller.core.share_solver import plan_node_shares, plan_shadows
-from controller.core.spot_solver import IdleVerdict, KmodView, plan_spot
+from controller.core.spot_solver import KmodView, plan_spot
 from gpushare import keys
 from gpushare.config import Config
+from gpushare.ids import format_spot_id
 
 GPUS_PER_NODE = 8
+REPEATS = 15
+QUICK_REPEATS = 3
 SPECS = [(keys.KIND_SHARE, n) for n in (2, 3, 4, 5)] + [(keys.KIND_SHARE_DEV, n) for n in (2, 4, 8, 16)]
 
 
@@ -98,7 +103,9 @@ def synthetic_cluster(nodes: int, total_pods: int, seed: int = 7) -> tuple[list[
                 if g == 5:
                     spot = f"spot-{node}-{g}"
                     pods.append(_pod(spot, "batch", node, "Running", {keys.RESOURCE_SPOT_GPU: 1}))
-                    rows[node].append(PodResourcesEntry("batch", spot, "app", keys.RESOURCE_SPOT_GPU, (f"spot-{gpu}",)))
+                    rows[node].append(
+                        PodResourcesEntry("batch", spot, "app", keys.RESOURCE_SPOT_GPU, (format_spot_id(gpu),))
+                    )
     i = 0
     while len(pods) < total_pods:  # pending sharers and plain pods fill up to the total
         if i % 3 == 0:
@@ -121,8 +128,10 @@ def measure(fn: Callable[[], object], repeats: int) -> list[float]:
 
 
 def report(label: str, samples: list[float], goal_s: float | None = None) -> bool:
-    med = statistics.median(samples)
-    line = f"{label}: median {med * 1000:.1f} ms  min {min(samples) * 1000:.1f} ms  max {max(samples) * 1000:.1f} ms"
+    est = estimate_median([s * 1000 for s in samples])
+    med = est.median / 1000
+    line = f"{label}: median {est.median:.1f} ms (95 % CI {est.interval('.1f')})"
+    line += f"  min {min(samples) * 1000:.1f} ms  max {max(samples) * 1000:.1f} ms"
     line += f"  (n={len(samples)})"
     ok = True
     if goal_s is not None:
@@ -136,8 +145,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--pods", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=None, help=f"timed passes of each kind (default {REPEATS})")
+    ap.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_REPEATS} passes of each kind")
     args = ap.parse_args()
+    repeats = args.repeats or (QUICK_REPEATS if args.quick else REPEATS)
 
     pods, rows = synthetic_cluster(args.nodes, args.pods)
     cfg = Config(node_name="node-000")
@@ -174,8 +185,8 @@ def main() -> int:
         )  # fmt: skip
         return shares, spot
 
-    ok = report("cluster pass (build_snapshot + plan_shadows, 2,000 pods)", measure(cluster_pass, args.repeats), 1.0)
-    report(f"node pass ({len(node_pods)} pods: snapshot + mapping + shares + spot)", measure(node_pass, args.repeats))
+    ok = report("cluster pass (build_snapshot + plan_shadows, 2,000 pods)", measure(cluster_pass, repeats), 1.0)
+    report(f"node pass ({len(node_pods)} pods: snapshot + mapping + shares + spot)", measure(node_pass, repeats))
     return 0 if ok else 1
 
 
