@@ -41,6 +41,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(MAKE) -s helm-lint
 
 unit: venv
 	$(PY) -m pytest tests/unit tests/property -q $(PYTEST_ARGS)

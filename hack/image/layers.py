@@ -1,0 +1,311 @@
+"""The three layers of a gpushare image, each cached by a hash of its inputs (see build.py).
+
+- base: Debian bookworm from mmdebstrap (`--variant=essential`, plus `<image>.packages`),
+  without docs, man pages, locales, apt lists, logs, glibc's iconv modules and byte code;
+- deps: the project's dependencies from PyPI, pinned to the versions in the virtualenv the
+  tests ran against, installed for Debian's python3.11 under /usr/local;
+- gpushare: the project's wheel, built from a clean copy of its sources.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import oci
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from localcluster.paths import cache_dir
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+SUITE = "bookworm"
+PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"  # on Debian's sys.path, and not dpkg's
+MIB = 1 << 20
+
+# What goes into the wheel (pyproject's package list, its build inputs) and what never does.
+SOURCE_ROOTS = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "cffi_build",
+    "gpushare",
+    "nri_plugin",
+    "deviceplugins",
+    "controller",
+    "gpukmod",
+)
+SOURCE_SKIP_DIRS = {"__pycache__", "build"}
+SOURCE_SKIP_SUFFIXES = (".pyc", ".so", ".o", ".ko", ".mod", ".mod.c", ".cmd", ".egg-info")
+SOURCE_SKIP_NAMES = {"Module.symvers", "modules.order", "build.log"}
+
+# dpkg never unpacks these (the copyright files stay: they are the licences).
+DPKG_EXCLUDES = (
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/lintian/*",
+)
+# Dropped from the base: device nodes (the runtime makes /dev), caches and logs of the build,
+# byte code (PYTHONDONTWRITEBYTECODE is set), iconv modules (nothing here converts charsets)
+# and the Python test suite.
+BASE_DROP = (
+    "dev/*",
+    "var/lib/apt/lists/*",
+    "var/cache/apt/*",
+    "var/cache/debconf/*-old",
+    "var/lib/dpkg/*-old",
+    "var/log/*",
+    "*/__pycache__",
+    "*/__pycache__/*",
+    "*.pyc",
+    "usr/lib/x86_64-linux-gnu/gconv/*",
+    "usr/lib/python3.11/test/*",
+)
+# Dropped from the Python layers: console scripts (their shebang is the builder's interpreter),
+# byte code, test suites, and the asyncio Kubernetes client (41 MiB) that gpushare never imports.
+PY_DROP = (
+    "bin",
+    "bin/*",
+    "*/__pycache__",
+    "*/__pycache__/*",
+    "*.pyc",
+    "*/tests",
+    "*/tests/*",
+    "kubernetes/aio",
+    "kubernetes/aio/*",
+)
+
+LAUNCHER = b"""#!/usr/bin/python3
+# gpushare's console script, written for Debian's python3 (`python3 -m controller.cli` works too).
+import sys
+
+from controller.cli import main
+
+sys.exit(main())
+"""
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message names the step and what to do."""
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One image: its repository and its Debian package list."""
+
+    repository: str
+    packages: Path
+    description: str
+
+
+FLAVOURS = {
+    "agent": Flavour("gpushare/agent", HERE / "agent.packages", "gpushare node agent"),
+    "kmod": Flavour("gpushare/agent-kmod", HERE / "kmod.packages", "gpushare: builds and loads gpukmod"),
+}
+
+
+def cache_root() -> Path:
+    return cache_dir()
+
+
+def project_version() -> str:
+    return str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+
+
+def _dropper(patterns: Iterable[str]) -> Callable[[str], bool]:
+    pats = tuple(patterns)
+    return lambda name: not any(fnmatch.fnmatchcase(name, p) for p in pats)
+
+
+def hash_parts(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        raw = part.encode() if isinstance(part, str) else part
+        h.update(len(raw).to_bytes(8, "big"))
+        h.update(raw)
+    return h.hexdigest()[:20]
+
+
+def _script_hash() -> str:
+    """Any change to the builder itself rebuilds every layer."""
+    return hash_parts(*((HERE / name).read_bytes() for name in ("build.py", "layers.py", "oci.py")))
+
+
+def run(cmd: list[str], step: str, log: Path | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    output = str(proc.stdout) + str(proc.stderr)
+    if log is not None:
+        log.write_text(output)
+    if proc.returncode != 0:
+        where = f" (full log: {log})" if log else ""
+        raise BuildError(f"{step} failed with exit code {proc.returncode}{where}:\n{output[-3000:]}")
+
+
+def package_list(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def sources_lines() -> list[str]:
+    mirror = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
+    security = os.environ.get("DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
+    return [
+        f"deb {mirror} {SUITE} main",
+        f"deb {mirror} {SUITE}-updates main",
+        f"deb {security} {SUITE}-security main",
+    ]
+
+
+def source_files() -> list[Path]:
+    """The wheel's inputs, relative to the repository, sorted (build outputs and byte code left out)."""
+    found: list[Path] = []
+    for root in SOURCE_ROOTS:
+        top = REPO / root
+        if top.is_file():
+            found.append(Path(root))
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if d not in SOURCE_SKIP_DIRS and not d.endswith(".egg-info")]
+            for name in filenames:
+                if name not in SOURCE_SKIP_NAMES and not name.endswith(SOURCE_SKIP_SUFFIXES):
+                    found.append((Path(dirpath) / name).relative_to(REPO))
+    return sorted(found)
+
+
+def venv_constraints() -> str:
+    """`name==version` of every distribution in the running environment but gpushare itself."""
+    pins = {
+        dist.metadata["Name"].lower().replace("_", "-"): dist.version
+        for dist in importlib.metadata.distributions()
+        if dist.metadata["Name"] and dist.metadata["Name"].lower() != "gpushare"
+    }
+    return "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+
+
+class Builder:
+    """Builds (or reuses) the layers of one flavour."""
+
+    def __init__(self, flavour: Flavour, cache: Path, rebuild: bool) -> None:
+        self.flavour = flavour
+        self.cache = cache / "image"
+        self.layers_dir = self.cache / "layers"
+        self.rebuild = rebuild
+        self.script = _script_hash()
+        self.layers_dir.mkdir(parents=True, exist_ok=True)
+
+    def _layer(self, kind: str, key: str, fill: Callable[[oci.LayerWriter, Path], None]) -> oci.Layer:
+        """The cached layer `kind-key`, or a new one made by `fill(writer, scratch dir)`."""
+        blob, meta = self.layers_dir / f"{kind}-{key}.tar.gz", self.layers_dir / f"{kind}-{key}.json"
+        cached = None if self.rebuild else oci.Layer.load(blob, meta)
+        if cached is not None:
+            return cached
+        started = time.monotonic()
+        print(f"image: building layer {kind} ...", flush=True)
+        with tempfile.TemporaryDirectory(dir=self.cache, prefix="build-") as scratch:
+            layer = oci.write_layer(blob, lambda w: fill(w, Path(scratch)))
+        layer.save_meta(meta)
+        for old in self.layers_dir.glob(f"{kind}-*"):  # earlier builds of this layer: never used again
+            if old not in (blob, meta):
+                old.unlink()
+        print(f"image: layer {kind}: {layer.uncompressed / MIB:.1f} MiB in {time.monotonic() - started:.0f} s")
+        return layer
+
+    def base(self) -> oci.Layer:
+        packages = package_list(self.flavour.packages)
+        key = hash_parts(self.script, SUITE, *sources_lines(), *packages, *DPKG_EXCLUDES, *BASE_DROP)
+        kind = f"base-{self.flavour.packages.stem}"
+        return self._layer(kind, key, lambda w, tmp: self._fill_base(w, tmp, packages))
+
+    def _fill_base(self, writer: oci.LayerWriter, tmp: Path, packages: list[str]) -> None:
+        if shutil.which("mmdebstrap") is None:
+            raise BuildError("mmdebstrap is missing: `make image-deps` (apt-get install mmdebstrap) installs it")
+        rootfs = tmp / "rootfs.tar"
+        cmd = [
+            "mmdebstrap",
+            "--variant=essential",
+            f"--include={','.join(packages)}",
+            # merged /usr by symlinks, as debootstrap does: the usrmerge package would pull in perl (50 MiB).
+            "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+            *(f"--dpkgopt={opt}" for opt in DPKG_EXCLUDES),
+            SUITE,
+            str(rootfs),
+            *sources_lines(),
+        ]
+        print("image: mmdebstrap of Debian bookworm (about 1-2 min) ...", flush=True)
+        run(cmd, "mmdebstrap", log=self.cache / f"mmdebstrap-{self.flavour.packages.stem}.log")
+        writer.add_rootfs_tar(rootfs, _dropper(BASE_DROP))
+
+    def deps(self) -> oci.Layer:
+        project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+        requirements = [str(r) for r in project["dependencies"]]
+        constraints = venv_constraints()
+        key = hash_parts(self.script, *requirements, constraints, *PY_DROP)
+        return self._layer("deps", key, lambda w, tmp: self._fill_deps(w, tmp, requirements, constraints))
+
+    def _fill_deps(self, writer: oci.LayerWriter, tmp: Path, requirements: list[str], constraints: str) -> None:
+        (tmp / "constraints.txt").write_text(constraints)
+        target = tmp / "site"
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--only-binary=:all:"]
+        cmd = [*pip, "--target", str(target), "--constraint", str(tmp / "constraints.txt"), *requirements]
+        run(cmd, "pip install of the dependencies (PyPI)")
+        _strip_debug(target)
+        writer.add_tree(target, PYTHON_SITE, _dropper(PY_DROP))
+
+    def app(self) -> oci.Layer:
+        files = source_files()
+        digests = (f"{p}\0{hashlib.sha256((REPO / p).read_bytes()).hexdigest()}" for p in files)
+        key = hash_parts(self.script, *digests, *PY_DROP)
+        return self._layer("gpushare", key, lambda w, tmp: self._fill_app(w, tmp, files))
+
+    def _fill_app(self, writer: oci.LayerWriter, tmp: Path, files: list[Path]) -> None:
+        # Always the same build directory: the compiled helper records its path, so a random one
+        # would change the layer digest on every build.
+        src, dist, target = self.cache / "wheel-src", tmp / "dist", tmp / "site"
+        shutil.rmtree(src, ignore_errors=True)
+        for rel in files:  # a clean copy: nothing a developer built in place reaches the wheel
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+        pip = [sys.executable, "-m", "pip"]
+        run([*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)], "pip wheel .")
+        (wheel,) = dist.glob("gpushare-*.whl")
+        run(
+            [*pip, "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target), str(wheel)],
+            "pip install",
+        )
+        shutil.rmtree(src)
+        _forget_wheel_path(target)
+        _strip_debug(target)
+        writer.add_tree(target, PYTHON_SITE, _dropper(PY_DROP))
+        writer.add_bytes("usr/local/bin/gpushare", LAUNCHER, mode=0o755)
+
+
+def _forget_wheel_path(site: Path) -> None:
+    """pip records where the wheel file was (a scratch path) in direct_url.json: drop it and its RECORD line."""
+    for direct_url in site.glob("*.dist-info/direct_url.json"):
+        direct_url.unlink()
+        record = direct_url.with_name("RECORD")
+        entry = f"{direct_url.parent.name}/direct_url.json,"
+        lines = record.read_text().splitlines(keepends=True)
+        record.write_text("".join(line for line in lines if not line.startswith(entry)))
+
+
+def _strip_debug(tree: Path) -> None:
+    """Debug sections of the shared objects: several MiB the agent never reads (skipped without binutils)."""
+    strip = shutil.which("strip")
+    objects = sorted(str(p) for p in tree.rglob("*.so*") if p.is_file() and not p.is_symlink())
+    if strip and objects:
+        run([strip, "--strip-debug", *objects], "strip --strip-debug")
