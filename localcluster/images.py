@@ -12,26 +12,20 @@ rebuilt when missing.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import os
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from localcluster import oci
 from localcluster.paths import cache_dir
 
 BUSYBOX_IMAGE = "gpushare.local/busybox:test"
 PAUSE_IMAGE = "gpushare.local/pause:test"
 BUSYBOX_BIN = Path("/bin/busybox")
 _PAUSE_SCRIPT = "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done"
-_MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-_MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
-_MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar"
 # Bumped whenever the image contents change, so cached tarballs of an older layout are not reused.
-_LAYOUT_VERSION = 1
+_LAYOUT_VERSION = 2
 
 
 class ImageBuildError(RuntimeError):
@@ -54,85 +48,28 @@ def _applets(busybox: Path) -> list[str]:
     return sorted({a for a in out.stdout.split() if a and "/" not in a and a != "busybox"})
 
 
-def _layer_bytes(busybox: Path) -> bytes:
-    """A deterministic tar: fixed mtimes and owners, so the layer digest is stable across builds."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-
-        def add_dir(name: str, mode: int = 0o755) -> None:
-            info = tarfile.TarInfo(name)
-            info.type, info.mode = tarfile.DIRTYPE, mode
-            tar.addfile(info)
-
-        for d in ("bin", "dev", "etc", "proc", "sys", "run", "var"):
-            add_dir(d)
-        add_dir("tmp", 0o1777)
-        data = busybox.read_bytes()
-        info = tarfile.TarInfo("bin/busybox")
-        info.size, info.mode = len(data), 0o755
-        tar.addfile(info, io.BytesIO(data))
-        for applet in _applets(busybox):
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-        for name, text in (("etc/passwd", "root:x:0:0:root:/:/bin/sh\n"), ("etc/group", "root:x:0:\n")):
-            raw = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(raw), 0o644
-            tar.addfile(info, io.BytesIO(raw))
-    return buf.getvalue()
+def _fill_busybox(writer: oci.LayerWriter, busybox: Path) -> None:
+    """busybox and its applet links, a passwd/group for root, and the directories a container needs."""
+    for d in ("bin", "dev", "etc", "proc", "sys", "run", "var"):
+        info = tarfile.TarInfo(d)
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        writer.add(info)
+    tmp = tarfile.TarInfo("tmp")
+    tmp.type, tmp.mode = tarfile.DIRTYPE, 0o1777
+    writer.add(tmp)
+    writer.add_bytes("bin/busybox", busybox.read_bytes(), mode=0o755)
+    for applet in _applets(busybox):
+        link = tarfile.TarInfo(f"bin/{applet}")
+        link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+        writer.add(link)
+    writer.add_bytes("etc/passwd", b"root:x:0:0:root:/:/bin/sh\n")
+    writer.add_bytes("etc/group", b"root:x:0:\n")
 
 
-def _blob(tar: tarfile.TarFile, data: bytes) -> str:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    info = tarfile.TarInfo(f"blobs/sha256/{digest.split(':', 1)[1]}")
-    info.size, info.mode = len(data), 0o644
-    tar.addfile(info, io.BytesIO(data))
-    return digest
-
-
-def _json(obj: object) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-
-
-def write_image_tar(dest: Path, name: str, layer: bytes, entrypoint: list[str], cmd: list[str]) -> None:
-    """Write an OCI image layout (one layer) as a tarball at `dest`, named `name` for ctr import."""
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Env": ["PATH=/bin"], "Entrypoint": entrypoint or None, "Cmd": cmd or None},
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
-    }
-    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")  # concurrent builders never share a file
-    with tarfile.open(tmp, "w") as tar:
-        config_raw = _json(config)
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": _MEDIA_MANIFEST,
-            "config": {"mediaType": _MEDIA_CONFIG, "digest": _blob(tar, config_raw), "size": len(config_raw)},
-            "layers": [{"mediaType": _MEDIA_LAYER, "digest": _blob(tar, layer), "size": len(layer)}],
-        }
-        manifest_raw = _json(manifest)
-        index = {
-            "schemaVersion": 2,
-            "manifests": [
-                {
-                    "mediaType": _MEDIA_MANIFEST,
-                    "digest": _blob(tar, manifest_raw),
-                    "size": len(manifest_raw),
-                    "platform": {"architecture": "amd64", "os": "linux"},
-                    "annotations": {
-                        "io.containerd.image.name": name,
-                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
-                    },
-                }
-            ],
-        }
-        for fname, raw in (("oci-layout", _json({"imageLayoutVersion": "1.0.0"})), ("index.json", _json(index))):
-            info = tarfile.TarInfo(fname)
-            info.size, info.mode = len(raw), 0o644
-            tar.addfile(info, io.BytesIO(raw))
-    tmp.replace(dest)
+def write_image_tar(dest: Path, name: str, layer: oci.Layer, entrypoint: list[str], cmd: list[str]) -> None:
+    """Write an OCI image archive of the one busybox layer at `dest`, named `name` for ctr import."""
+    config = oci.ImageConfig(entrypoint=entrypoint, cmd=cmd, env=["PATH=/bin"])
+    oci.write_archive(dest, name, [layer], config, history=["busybox-static and its applets"])
 
 
 def ensure_images(busybox: Path = BUSYBOX_BIN, directory: Path | None = None) -> list[ImageTar]:
@@ -147,7 +84,7 @@ def ensure_images(busybox: Path = BUSYBOX_BIN, directory: Path | None = None) ->
     ]
     if all(img.path.is_file() for img in wanted):
         return wanted
-    layer = _layer_bytes(busybox)
+    layer = oci.write_layer(directory / f"busybox-v{_LAYOUT_VERSION}.layer.tar.gz", lambda w: _fill_busybox(w, busybox))
     write_image_tar(wanted[0].path, BUSYBOX_IMAGE, layer, [], ["sh"])
     write_image_tar(wanted[1].path, PAUSE_IMAGE, layer, ["/bin/sh", "-c", _PAUSE_SCRIPT], [])
     return wanted

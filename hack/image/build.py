@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import oci
 from layers import FLAVOURS, MIB, Builder, BuildError, Flavour, cache_root, hash_parts, project_version, run
+
+from localcluster import oci  # the layers module put the repository root on the path
 
 
 @dataclass(frozen=True)

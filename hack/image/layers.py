@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import oci
-
+# The repository root, so the one OCI writer and the cache location come from localcluster.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from localcluster import oci
 from localcluster.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,7 +142,8 @@ def hash_parts(*parts: bytes | str) -> str:
 
 def _script_hash() -> str:
     """Any change to the builder itself rebuilds every layer."""
-    return hash_parts(*((HERE / name).read_bytes() for name in ("build.py", "layers.py", "oci.py")))
+    sources = [HERE / "build.py", HERE / "layers.py", REPO / "localcluster" / "oci.py"]
+    return hash_parts(*(path.read_bytes() for path in sources))
 
 
 def run(cmd: list[str], step: str, log: Path | None = None) -> None:
