@@ -30,19 +30,21 @@ def find_installs() -> tuple[Binaries, ContainerdInstall]:
         raise ClusterUnavailable(f"{e}; or: {BUILD_HINT}") from e
 
 
-def new_cluster(root: Path | None = None) -> Cluster:
+def new_cluster(root: Path | None = None, *, containerd_extra_config: str = "") -> Cluster:
     """A not yet started cluster in ``root`` (default: a fresh /tmp/gs-kXXXX); ClusterUnavailable if not built."""
     binaries, containerd = find_installs()
     if root is None:
         root = Path(tempfile.mkdtemp(prefix="gs-k", dir="/tmp"))
     root.mkdir(parents=True, exist_ok=True)
-    return Cluster(root, binaries, containerd)
+    return Cluster(root, binaries, containerd, containerd_extra_config=containerd_extra_config)
 
 
 @contextlib.contextmanager
-def running_cluster(root: Path | None = None, keep: bool = False) -> Iterator[Cluster]:
+def running_cluster(
+    root: Path | None = None, keep: bool = False, *, containerd_extra_config: str = ""
+) -> Iterator[Cluster]:
     """Start a cluster, yield it, tear it down; raises ClusterError if the teardown left anything."""
-    c = new_cluster(root)
+    c = new_cluster(root, containerd_extra_config=containerd_extra_config)
     try:
         c.start()
         yield c

@@ -73,8 +73,12 @@ def leftovers(root: Path) -> list[str]:
 class Cluster:
     """One cluster: start(), use, stop(). The attributes below are what later tiers need."""
 
-    def __init__(self, root: Path, binaries: Binaries, containerd: ContainerdInstall) -> None:
+    def __init__(
+        self, root: Path, binaries: Binaries, containerd: ContainerdInstall, *, containerd_extra_config: str = ""
+    ) -> None:
+        """``containerd_extra_config``: TOML appended to containerd's config (e.g. its NRI validator)."""
         self.layout = Layout(root)
+        self.containerd_extra_config = containerd_extra_config
         self.binaries = binaries
         self.containerd_install = containerd
         self.node_name = NODE_NAME
@@ -369,7 +373,9 @@ class Cluster:
         for name in ("gs-netns", "loopback"):
             shutil.copy2(CNI_PLUGIN, base / "cni" / "bin" / name)
         (base / "cni" / "conf" / "10-gpushare.conflist").write_text(json.dumps(CNI_CONFLIST))
-        self.containerd = Containerd(self.containerd_install, nri=True, base_dir=base)
+        self.containerd = Containerd(
+            self.containerd_install, nri=True, base_dir=base, extra_config=self.containerd_extra_config
+        )
         self.containerd.start()
         self._pids["containerd"] = self.containerd.pid or 0
         self._save_state()

@@ -3,11 +3,15 @@
 The generated config carries the machine's traps from docs/testing-containerd.md: cgroupfs,
 ``restrict_oom_score_adj = true``, overlayfs, NRI on with a 2 s request timeout, the locally built
 pause image as sandbox image, a random stream-server port (two instances may run at once).
+Optionally (``render_nri_validator``, handed to ``Containerd(extra_config=...)``) containerd 2.x's
+built-in NRI validator, which refuses to create a container while a plugin it requires is absent;
+without it the rendered file is exactly what it always was.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +23,10 @@ RUNC = Path("/usr/sbin/runc")
 _INSTALL_HINT = "run `make containerd-deps` (hack/containerd/install.sh)"
 NRI_REQUEST_TIMEOUT = "2s"
 NRI_REGISTRATION_TIMEOUT = "5s"
+# NRI's own pod annotation (containerd 2.2+): a YAML list of the plugins that must be connected to
+# containerd when a container is created; "/container.<name>" after the key scopes it to one
+# container. The validator reads it from the pod sandbox only, never from a container's annotations.
+NRI_REQUIRED_PLUGINS_ANNOTATION = "required-plugins.noderesource.dev"
 
 
 class InstallMissing(RuntimeError):
@@ -107,6 +115,51 @@ def render_config(inst: ContainerdInstall, paths: Paths, *, nri: bool = True, ex
     if not inst.is_v2:
         return f"version = 2\n{_head(paths)}{_cri_1_7(paths)}{_nri(paths, nri)}{extra}\n"
     return f"version = 3\n{_head(paths)}{_cri_2(paths)}{_nri(paths, nri)}{extra}\n"
+
+
+@dataclass(frozen=True)
+class RequiredPlugins:
+    """What containerd 2.x's NRI default validator is told to require (docs/nri.md, "Failing closed").
+
+    ``everywhere``: plugin names (``gpushare``) or ``<index>-<name>`` that every container on the node
+    needs; empty means only the containers whose pod asks, through NRI_REQUIRED_PLUGINS_ANNOTATION.
+    ``tolerate_annotation``: a pod annotation key whose value ``"true"`` (pod-wide, or with
+    ``/container.<name>``) exempts a container from both; empty means no exemption exists.
+    """
+
+    everywhere: tuple[str, ...] = ()
+    tolerate_annotation: str = ""
+
+
+_PLUGIN_NAME = re.compile(r"^([0-9]{2}-)?[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ANNOTATION_KEY = re.compile(r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def render_nri_validator(inst: ContainerdInstall, required: RequiredPlugins) -> str:
+    """The TOML that turns on the validator with ``required``, to append to this install's config.
+
+    Raises ValueError for containerd 1.7 (its NRI v0.6.1 has no validator, and 1.7.24 silently
+    ignores the table, so rendering it there would only pretend) and for a name or key that is not
+    one: both end up inside TOML strings and in a plugin-name lookup.
+    """
+    if not inst.is_v2:
+        raise ValueError(
+            f"containerd {inst.version} has no NRI validator (NRI v0.6.1); required plugins need containerd 2.2 or"
+            " later, and 1.7 creates containers without a plugin that is down (docs/nri.md)"
+        )
+    bad = [name for name in required.everywhere if not _PLUGIN_NAME.match(name)]
+    if bad:
+        raise ValueError(f"required plugin names must look like `gpushare` or `10-gpushare`; got {bad!r}")
+    key = required.tolerate_annotation
+    if key and not _ANNOTATION_KEY.match(key):
+        raise ValueError(f"tolerate annotation {key!r} is not a Kubernetes annotation key ([prefix/]name)")
+    names = ", ".join(f'"{name}"' for name in required.everywhere)
+    return f"""
+[plugins."io.containerd.nri.v1.nri".default_validator]
+  enable = true
+  required_plugins = [{names}]
+  tolerate_missing_plugins_annotation = "{key}"
+"""
 
 
 def _head(paths: Paths) -> str:
