@@ -1,15 +1,16 @@
-"""SIGKILL every task of a container's cgroups (v1) without racing ``fork``, and wait until none is listed.
+"""SIGKILL every task of borrower cgroups without racing ``fork``, and wait until none is listed.
 
-Freeze the cgroup (v1 freezer), SIGKILL every task it lists, thaw (a frozen task only dies
-once thawed), then wait until the cgroup lists no task. Without a freezer hierarchy the kill
-repeats until the cgroup is empty; a task that forks after our read is caught by the next
-round. Both are bounded by ``timeout_s``; a task that outlives it (stuck in D state) raises
-``KillTimeout``. ``ExitBoost`` lets killed tasks run their exit at once on a busy node.
+Pod level, every cgroup version: ``kill_pods`` (``pod_kill.py``) over the pods' cgroups
+(``cgroups.find_pod_cgroup``). Container level, cgroup v1, below: freeze the cgroup (v1
+freezer), SIGKILL every task it lists, thaw (a frozen task only dies once thawed), then wait
+until the cgroup lists no task. Without a freezer hierarchy the kill repeats until the cgroup
+is empty; a task that forks after our read is caught by the next round. Both are bounded by
+``timeout_s``; a task that outlives it (stuck in D state) raises ``KillTimeout``.
+``ExitBoost`` lets killed tasks run their exit at once on a busy v1 node.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
@@ -19,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.errors import KillTimeout, ProcessError
-from controller.spot.cgroups import CGROUP_ROOT, ContainerCgroup
+from controller.spot.cgroup_files import freezer_state, write_control
+from controller.spot.cgroups import ContainerCgroup
+from controller.spot.exit_boost import ExitBoost
+from controller.spot.pod_kill import PodKillReport, kill_pods
 
 log = logging.getLogger(__name__)
 
@@ -36,26 +40,6 @@ class KillReport:
     rounds: int
     frozen: bool
     took_s: float
-
-
-def _write(path: Path, value: str) -> bool:
-    """Write a control file; False if the cgroup is gone (its tasks are then gone too)."""
-    try:
-        path.write_text(value)
-        return True
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        if exc.errno in (errno.ENODEV, errno.ENOENT):
-            return False
-        raise ProcessError(f"gpushare: cannot write {value!r} to {path}: {exc.strerror}") from exc
-
-
-def _freezer_state(d: Path) -> str:
-    try:
-        return (d / "freezer.state").read_text().strip()
-    except FileNotFoundError:
-        return "GONE"
 
 
 def _sigkill_all(pids: Iterable[int]) -> list[int]:
@@ -77,11 +61,11 @@ def _freeze(cgroups: Sequence[ContainerCgroup], freeze_timeout_s: float) -> list
     frozen: list[Path] = []
     for cg in cgroups:
         d = cg.freezer_dir
-        if d is not None and _write(d / "freezer.state", "FROZEN"):
+        if d is not None and write_control(d / "freezer.state", "FROZEN"):
             frozen.append(d)
     pending = list(frozen)
     while pending and time.monotonic() < start + freeze_timeout_s:
-        pending = [d for d in pending if _freezer_state(d) == "FREEZING"]
+        pending = [d for d in pending if freezer_state(d) == "FREEZING"]
         if pending:
             time.sleep(_POLL_S)
     if pending:
@@ -113,61 +97,8 @@ def signal_cgroups(
             signalled.update(_sigkill_all(cg.pids()))
     finally:
         for d in frozen:  # frozen tasks die only once thawed; a failure must not leave them frozen
-            _write(d / "freezer.state", "THAWED")
+            write_control(d / "freezer.state", "THAWED")
     return signalled, bool(frozen)
-
-
-class ExitBoost:
-    """Moves SIGKILLed tasks into one top-level cpu cgroup of the highest weight, so they run their
-    exit at once instead of waiting for CPU behind their pod's weight.
-
-    A container's tasks share their pod's cpu weight (a BestEffort pod: ``cpu.shares`` 2 under
-    kubepods); on a busy node a killed task can wait tens of ms before it runs its exit path.
-    Only tasks that already have SIGKILL pending are moved, so none runs its own code there.
-    Each move is one cgroup migration (~0.5 ms on a loaded 2-core VM), hence only for tasks
-    still listed a moment after the kill. Without a writable cpu hierarchy this does nothing.
-    """
-
-    NAME = "gpushare-reaping"
-    MAX_SHARES = 262144  # the cgroup v1 maximum
-
-    def __init__(self, *, cgroup_root: str = CGROUP_ROOT) -> None:
-        self._root = cgroup_root
-        self._dir: Path | None = None
-        self._is_disabled = False
-
-    def _ensure(self) -> Path | None:
-        if self._dir is not None or self._is_disabled:
-            return self._dir
-        base = next(
-            (Path(self._root, h) for h in ("cpu", "cpu,cpuacct") if Path(self._root, h, "cpu.shares").exists()), None
-        )
-        try:
-            if base is None:
-                raise FileNotFoundError(f"no cpu hierarchy under {self._root}")
-            d = base / self.NAME
-            d.mkdir(exist_ok=True)
-            (d / "cpu.shares").write_text(str(self.MAX_SHARES))
-        except OSError as exc:
-            log.warning("spot kill: no CPU boost for dying tasks (%s); they exit at their pod's CPU weight", exc)
-            self._is_disabled = True
-            return None
-        self._dir = d
-        return d
-
-    def move(self, pids: Iterable[int]) -> int:
-        """Move these (already SIGKILLed) tasks; returns how many moved (gone ones are skipped)."""
-        d = self._ensure()
-        if d is None:
-            return 0
-        moved = 0
-        for pid in pids:
-            try:
-                (d / "cgroup.procs").write_text(str(pid))
-                moved += 1
-            except OSError:
-                pass  # exited meanwhile (ESRCH), or a kernel thread: nothing to speed up
-        return moved
 
 
 def wait_cgroups_empty(
@@ -224,7 +155,9 @@ __all__ = [
     "DEFAULT_KILL_TIMEOUT_S",
     "ExitBoost",
     "KillReport",
+    "PodKillReport",
     "kill_cgroups",
+    "kill_pods",
     "signal_cgroups",
     "wait_cgroups_empty",
 ]

@@ -37,6 +37,11 @@ mount -t sysfs sysfs /host/sys
 mount -t devtmpfs dev /host/dev
 mount -t tmpfs -o mode=1777 tmpfs /host/run
 mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null || true
+# run-guest.sh --cgroup2: the unified hierarchy where every tool looks for it.
+case " $(cat /proc/cmdline) " in
+  *" gs.cgroup=v2 "*) mount -t cgroup2 cgroup2 /host/sys/fs/cgroup \
+    || { echo "gs-init: cannot mount cgroup2"; echo GS-EXIT=99; poweroff -f; } ;;
+esac
 # Optional writable share for results (run-guest.sh adds it when GS_GUEST_OUT is set).
 mkdir -p /host/run/gs-out && mount -t 9p -o trans=virtio,version=9p2000.L gsout /host/run/gs-out 2>/dev/null || true
 script="$(sed -n 's/.*gs\.script=\([^ ]*\).*/\1/p' /proc/cmdline)"

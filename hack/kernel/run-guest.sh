@@ -2,8 +2,13 @@
 # Boot one cached kernel under QEMU (TCG: /dev/kvm on this machine kind cannot boot Debian
 # kernels) with the host's / read-only over 9p, run SCRIPT (a host path) inside, and exit
 # with the script's exit code. The console goes to stdout.
-#   [GS_GUEST_OUT=DIR] hack/kernel/run-guest.sh RELEASE SCRIPT [TIMEOUT_S]
+#   [GS_GUEST_OUT=DIR] hack/kernel/run-guest.sh [--cgroup2] RELEASE SCRIPT [TIMEOUT_S]
+# --cgroup2 boots with every v1 controller off (cgroup_no_v1=all) and has /init mount the
+# unified hierarchy at /sys/fs/cgroup, the way a systemd-era node is set up; without it the
+# guest has no cgroup mount at all.
 set -euo pipefail
+cmdline="console=ttyS0 panic=-1 oops=panic loglevel=4"
+if [ "${1:-}" = "--cgroup2" ]; then cmdline+=" cgroup_no_v1=all gs.cgroup=v2"; shift; fi
 rel="$1"; script="$2"; timeout_s="${3:-600}"
 here="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}/kernel"
@@ -26,7 +31,7 @@ log="$(mktemp /tmp/gs-console-XXXX.log)"; trap 'rm -f "$log"' EXIT
 timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1536 \
   -nodefaults -no-reboot -display none -serial stdio \
   -kernel "$vmlinux" -initrd "$initrd" \
-  -append "console=ttyS0 panic=-1 oops=panic loglevel=4 gs.script=$script" \
+  -append "$cmdline gs.script=$script" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap "${extra[@]}" \
   | tee "$log" || true
 rc="$(sed -n 's/^GS-EXIT=\([0-9]*\).*/\1/p' "$log" | tr -d '\r' | tail -1)"
