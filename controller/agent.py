@@ -92,6 +92,8 @@ class Agent:
         )
         if spot_runtime is not None:
             spot_runtime.wake_target = self.loop.wake
+            # A kernel notice closes the owner's spot devices itself, before the pass it wakes.
+            spot_runtime.spot_health_target = self.plugins.set_spot_health
         self._nri_thread = threading.Thread(target=self.stub.run, args=(self.stop,), name="gpushare-nri-run")
 
     def _on_nri_decision(self, kind: str, *details: Any) -> None:

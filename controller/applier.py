@@ -5,8 +5,8 @@ that into as few writes as possible and remembers only what it takes to do so:
 
 - the device list each share plugin advertises, and each spot device's health: a list
   already pushed is not pushed again (every push wakes every ListAndWatch stream);
-- which Events it wrote: the same Event on the same pod is written again only after
-  ``EVENT_REPEAT_S`` (kubectl shows the count);
+- which Events it wrote: the same Event on the same pod (or on the node) is written again
+  only after ``EVENT_REPEAT_S`` (kubectl shows the count);
 - the pods it evicted: the last ``EVICTIONS_KEPT`` and a count per reason since start.
 
 Creating and deleting shadows asks ``is_leader`` again right before the call: the Lease may
@@ -28,9 +28,10 @@ from controller.core.actions import (
     CreateShadow,
     DeleteShadow,
     Evict,
-    KillContainers,
+    KillPods,
     KmodCommand,
     RecordEvent,
+    RecordNodeEvent,
     SetDevices,
     SetSpotHealth,
 )
@@ -70,6 +71,9 @@ class PodWriter(Protocol):
     def record_event(
         self, ref: PodRef, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
     ) -> None: ...
+    def record_node_event(
+        self, node: str, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
+    ) -> None: ...
 
 
 class Applier:
@@ -83,8 +87,10 @@ class Applier:
         spot: SpotHooks | None,
         is_leader: Callable[[], bool],
         store: Callable[[], StateStore | None] = lambda: None,
+        node_name: str = "",
     ) -> None:
         self._client = client
+        self._node_name = node_name  # the Node that RecordNodeEvent writes on
         self._plugins = plugins
         self._spot = spot
         self._is_leader = is_leader
@@ -126,9 +132,9 @@ class Applier:
                 self._client.delete_pod(action.ref)
             case Evict():
                 self._evict(action, now)
-            case KillContainers():
+            case KillPods():
                 if self._spot is None:
-                    log.warning("no killer wired in; containers left running", extra=kv(**action.log_fields()))
+                    log.warning("no killer wired in; pods left running", extra=kv(**action.log_fields()))
                     return False
                 self._spot.killer(action)
             case KmodCommand():
@@ -138,9 +144,14 @@ class Applier:
             case AnnotatePod():
                 self._client.patch_pod_annotations(action.ref, {action.key: action.value})
             case RecordEvent():
-                if not self._is_new_event(action.ref, action.reason, action.message, now):
+                if not self._is_new_event(action.ref.uid, action.reason, action.message, now):
                     return False
                 self._client.record_event(action.ref, action.reason, action.message, type_=action.type)
+            case RecordNodeEvent():
+                node = self._node_name
+                if not node or not self._is_new_event(f"node/{node}", action.reason, action.message, now):
+                    return False
+                self._client.record_node_event(node, action.reason, action.message, type_=action.type)
         return True
 
     def _set_devices(self, action: SetDevices) -> bool:
@@ -164,8 +175,9 @@ class Applier:
             log.info("shadow already exists", extra=kv(shadow=action.name))
         return True
 
-    def _is_new_event(self, ref: PodRef, reason: str, message: str, now: float) -> bool:
-        key = (ref.uid, reason, message)
+    def _is_new_event(self, about: str, reason: str, message: str, now: float) -> bool:
+        """``about``: the pod's uid, or ``node/<name>``."""
+        key = (about, reason, message)
         last = self._events_written.get(key)
         if last is not None and now - last < EVENT_REPEAT_S:
             return False

@@ -12,10 +12,16 @@ Inputs, each owned by its own named thread:
 The pass (``gpushare-controller-loop``) copies those inputs into a ``Snapshot``, calls the
 decision functions (``plan_spot``, ``plan_node_shares``, and while leader ``plan_shadows``),
 and hands the returned actions, in list order, to the ``Applier`` (controller/applier.py). A
-watch event, a Lease change or ``wake()`` asks for a pass at once; otherwise one runs every
-``period_s``. Nothing is remembered between passes but timers (SQLite) and what the applier
-keeps to write idempotently; everything else is recomputed, so a lost update is repaired by
-the next pass.
+watch event, a Lease change or ``wake()`` asks for a pass at once; otherwise one runs at the
+next deadline a plan computed (an idle owner's window ending) or after ``period_s``, whichever
+is first. The loop never sleeps for a fixed time: events that arrive during a pass set the
+wake event again, so a burst of them costs one more pass, not one pass each. Nothing is
+remembered between passes but timers (SQLite) and what the applier keeps to write
+idempotently; everything else is recomputed, so a lost update is repaired by the next pass.
+
+With spot, a kernel notice is acted on before the pass it wakes (controller/spot/runtime.py):
+the pass hands spot its return table each time (``SpotHooks.arm``), and on a return does the
+rest (evictions, Events, ``undetect``).
 
 ``last_report()`` returns the frozen ``TickReport`` (controller/report.py) of the latest pass:
 ``gpushare status`` and ``/metrics`` read it and never wait for the loop.
@@ -36,7 +42,7 @@ from controller.applier import Applier, DevicePlugins
 from controller.cluster_pass import ClusterPass, plan_cluster
 from controller.core.actions import Action
 from controller.core.mapping import MappingCache
-from controller.core.model import PodResourcesEntry, Snapshot, build_snapshot
+from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
 from controller.core.share_solver import plan_node_shares
 from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
 from controller.io.kube_client import KubeClient
@@ -95,6 +101,8 @@ class ReconcileLoop:
         self._state_dir = state_dir
         self._store: StateStore | None = None
         self._elector = elector
+        # The leader's reads of pods from its last pass: after one pod event, one pod is read again.
+        self._cluster_memo = SnapshotMemo()
         self._spot = spot
         self.period_s = period_s
         self._clock = clock
@@ -115,7 +123,12 @@ class ReconcileLoop:
             on_change=self.wake,
         )
         self._applier = Applier(
-            client=client, plugins=plugins, spot=spot, is_leader=self.is_leader, store=lambda: self._store
+            client=client,
+            plugins=plugins,
+            spot=spot,
+            is_leader=self.is_leader,
+            store=lambda: self._store,
+            node_name=cfg.node_name,
         )
         self._cluster_started = False
         self._carry_fresh = False  # a full LIST not yet used by a node pass (PodResources was down)
@@ -123,6 +136,7 @@ class ReconcileLoop:
         self._passes = 0
         self._problems_logged: set[str] = set()
         self._mem_timers: dict[str, dict[str, float]] = {}  # timers when no StateStore is given
+        self._next_due: float | None = None  # wall clock at which a plan asked for the next pass
 
     # -- threads ---------------------------------------------------------------------------------
 
@@ -185,7 +199,8 @@ class ReconcileLoop:
 
     def _run_passes(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            self._wake.wait(self.period_s)
+            self._wake.wait(self.wait_s())
+            # Cleared before the pass: whatever arrives while it runs asks for exactly one more.
             self._wake.clear()
             if stop.is_set():
                 break
@@ -194,8 +209,12 @@ class ReconcileLoop:
             except Exception as exc:  # one bad pass must not end the agent; the next one retries
                 log.exception("reconcile pass failed")
                 self._report = dataclasses.replace(self._report, error=f"{type(exc).__name__}: {exc}")
-            # Coalesce a burst of watch events into one pass.
-            stop.wait(0.05)
+
+    def wait_s(self) -> float:
+        """How long the loop may wait for an event before the next pass is due."""
+        if self._next_due is None:
+            return self.period_s
+        return min(self.period_s, max(0.0, self._next_due - self._clock()))
 
     def last_report(self) -> TickReport:
         return self._report
@@ -209,6 +228,7 @@ class ReconcileLoop:
         """One pass: read the inputs, plan the node, plan the cluster (leader), apply, report."""
         started = time.monotonic()
         now = self._clock()
+        self._next_due = None  # only this pass's plan may set a deadline: a stale one would spin the loop
         node_view = self._node.view()
         fresh = node_view.is_fresh or self._carry_fresh
         if not node_view.is_synced:
@@ -266,6 +286,9 @@ class ReconcileLoop:
         if self._spot is None:
             return _NodePass(tuple(plan_node_shares(snap, mapping, self.cfg)))
         spot_plan = self._plan_spot(self._spot, snap, mapping, now)
+        # Before any action: a detect applied below may be answered by a notice at once.
+        self._spot.arm(spot_plan.returns)
+        self._next_due = spot_plan.next_change_at
         self._save(TIMER_SPOT_BACK, spot_plan.back_at)
         with contextlib.suppress(GpushareError):
             self._plugins.set_spot_lent(spot_plan.lent_real_ids)
@@ -283,6 +306,7 @@ class ReconcileLoop:
             back_at=self._load(TIMER_SPOT_BACK),
             now=now,
             idle_window_s=self.cfg.idle_window_s,
+            lending_blocked=spot.blocked(),
         )
 
     def _plan_cluster(self, node_view: CacheView, snap: Snapshot, now: float) -> ClusterPass:
@@ -293,7 +317,8 @@ class ReconcileLoop:
         if not (pending_view.is_synced and shadow_view.is_synced):
             return ClusterPass(is_leader=True, snapshot=snap)
         cached = (node_view.pods, pending_view.pods, shadow_view.pods)
-        cluster = plan_cluster(self.cfg, self._client, cached, self._load(TIMER_SHADOW_EMPTY), now)
+        timers = self._load(TIMER_SHADOW_EMPTY)
+        cluster = plan_cluster(self.cfg, self._client, cached, timers, now, memo=self._cluster_memo)
         self._save(TIMER_SHADOW_EMPTY, cluster.empty_since)
         return cluster
 

@@ -1,7 +1,8 @@
 """``KmodClient``: commands to the gpukmod module and the stream of its notices (design §6, §7).
 
 One client owns one netlink socket. Commands wait for the kernel's ACK and raise
-``KmodError`` with the kernel's errno. ``register()`` makes this socket the module's
+``KmodError`` with the kernel's errno. An agent opens its client with ``open_flushed``,
+which first deletes whatever an earlier agent left in the module's table. ``register()`` makes this socket the module's
 listener, so notices (one pid-namespace inode each) arrive on it; they are read by
 ``next_notice``/``notices`` or by a callback on a named thread (``start_notices``).
 Reading is done in short slices under a lock, so one thread may wait for notices while
@@ -37,6 +38,7 @@ from gpukmod.protocol import (
     decode_notice,
     encode_command,
 )
+from gpushare.log import kv
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,47 @@ class KmodClient:
 
     # -- commands ---------------------------------------------------------------------------
 
+    @classmethod
+    def open_flushed(
+        cls, *, unit: int = NETLINK_UNIT, backend: str = "auto", ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
+    ) -> KmodClient:
+        """A client on an emptied table (``flush``): what an agent opens when it starts.
+
+        A module older than ``Flush`` answers EINVAL: the client is returned anyway, with a
+        WARNING that stale entries may remain until the module is upgraded. Any other failure
+        closes the socket and raises.
+        """
+        client = cls(unit=unit, backend=backend, ack_timeout_s=ack_timeout_s)
+        try:
+            client.flush()
+        except KmodError as exc:
+            if exc.errno != errno.EINVAL:
+                client.close()
+                raise
+            log.warning(
+                "gpukmod: the loaded module cannot flush its table (older than this client); entries a "
+                "previous agent left stay, and an armed one holds its namespace's first GPU ioctl for "
+                "max_block_ms; run `gpushare kmod install` to load this version"
+            )
+        except BaseException:
+            client.close()
+            raise
+        else:
+            log.info("gpukmod: table flushed; entries of earlier runs are gone", extra=kv(unit=unit))
+        return client
+
     def register(self) -> None:
         """Make this socket the one listener that notices go to (replaces any earlier one)."""
         self._command(Command(Verb.REGISTER))
+
+    def flush(self) -> None:
+        """Delete every entry of the module's table, whoever added it, ending every hold on them.
+
+        A crashed agent leaves its entries behind, some armed; once a new listener registers,
+        the first GPU ioctl from such a namespace (or from a new one that got its inode) would be
+        held for ``max_block_ms`` on behalf of a plan nobody has any more.
+        """
+        self._command(Command(Verb.FLUSH))
 
     def add(self, *ids: int) -> None:
         """Put pid namespaces in the table, watched but not armed (already present is fine)."""

@@ -10,7 +10,7 @@ Wire format, host byte order as netlink always is:
 - every message is ``struct nlmsghdr`` (16 bytes: u32 len, u16 type, u16 flags, u32 seq,
   u32 pid) plus a payload padded to 4 bytes;
 - commands (user → kernel) have type ``MSG_COMMAND`` (0x10) and an ASCII payload:
-  ``Register`` or ``<verb>(<N>):<id>[ <id>]...`` with exactly N ids, 1 <= N <= 64, each id a
+  ``Register``, ``Flush`` or ``<verb>(<N>):<id>[ <id>]...`` with exactly N ids, 1 <= N <= 64, each id a
   pid-namespace inode, decimal, 1..2**32-1, no sign, no leading zeros, no duplicates, one
   space between ids; verbs ``add delete detect undetect release``; at most 1024 bytes, one
   trailing NUL tolerated;
@@ -49,11 +49,16 @@ class Verb(Enum):
     """Command verbs, spelled as on the wire."""
 
     REGISTER = "Register"
+    FLUSH = "Flush"
     ADD = "add"
     DELETE = "delete"
     DETECT = "detect"
     UNDETECT = "undetect"
     RELEASE = "release"
+
+
+# Whole-module commands: a bare word, no ids.
+BARE_VERBS = frozenset({Verb.REGISTER, Verb.FLUSH})
 
 
 class CommandRejected(ValueError):
@@ -67,7 +72,7 @@ class CommandRejected(ValueError):
 
 @dataclass(frozen=True)
 class Command:
-    """One command: a verb and the pid-namespace inodes it applies to (none for Register)."""
+    """One command: a verb and the pid-namespace inodes it applies to (none for Register and Flush)."""
 
     verb: Verb
     ids: tuple[int, ...] = ()
@@ -86,9 +91,9 @@ class Message:
 
 def validate_ids(verb: Verb, ids: tuple[int, ...]) -> None:
     """Raise ``CommandRejected`` unless ``ids`` suit ``verb`` (same rules as the kernel)."""
-    if verb is Verb.REGISTER:
+    if verb in BARE_VERBS:
         if ids:
-            raise CommandRejected(errno.EINVAL, "Register takes no ids")
+            raise CommandRejected(errno.EINVAL, f"{verb.value} takes no ids")
         return
     if not ids:
         raise CommandRejected(errno.EINVAL, f"{verb.value} needs at least one pid-namespace inode")
@@ -106,8 +111,8 @@ def validate_ids(verb: Verb, ids: tuple[int, ...]) -> None:
 def encode_command(command: Command) -> bytes:
     """The ASCII payload for ``command``, checked first so we never send what the kernel refuses."""
     validate_ids(command.verb, command.ids)
-    if command.verb is Verb.REGISTER:
-        return b"Register"
+    if command.verb in BARE_VERBS:
+        return command.verb.value.encode("ascii")
     text = f"{command.verb.value}({len(command.ids)}):" + " ".join(str(i) for i in command.ids)
     return text.encode("ascii")
 
@@ -134,10 +139,11 @@ def parse_command(payload: bytes) -> Command:
         payload = payload[:-1]
     if not payload or b"\0" in payload:
         raise CommandRejected(errno.EINVAL, "empty command or NUL inside it")
-    if payload == b"Register":
-        return Command(Verb.REGISTER)
+    bare = next((v for v in BARE_VERBS if payload == v.value.encode()), None)
+    if bare is not None:
+        return Command(bare)
     verb = next(
-        (v for v in Verb if v is not Verb.REGISTER and payload.startswith(v.value.encode() + b"(")),
+        (v for v in Verb if v not in BARE_VERBS and payload.startswith(v.value.encode() + b"(")),
         None,
     )
     if verb is None:

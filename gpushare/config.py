@@ -89,6 +89,13 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class SpotConfig:
+    # Where the node's cgroup filesystem is mounted (the unified v2 mount, or the directory holding
+    # the v1 hierarchies). Spot lends nothing when it finds no pod cgroups there (docs/spot.md).
+    cgroup_root: str = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
 class Config:
     version: str = CONFIG_VERSION
     node_name: str = ""
@@ -110,6 +117,7 @@ class Config:
     nri: NriConfig = field(default_factory=NriConfig)
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    spot: SpotConfig = field(default_factory=SpotConfig)
 
 
 # Keys whose YAML spelling is not the mechanical camelCase of the field (durations carry a unit).
@@ -188,6 +196,11 @@ def _check_max_block(value: int) -> None:
         raise ValueError("must be between 1 and 60000 milliseconds")
 
 
+def _check_abs_path(value: str) -> None:
+    if not value.startswith("/") or "\0" in value:
+        raise ValueError("must be an absolute path, e.g. /sys/fs/cgroup")
+
+
 def _check_index(value: str) -> None:
     if not re.match(r"^[0-9]{2}$", value):
         raise ValueError('must be two digits, e.g. "10"')
@@ -204,6 +217,7 @@ _VALIDATORS: dict[str, Callable[[Any], None]] = {
     "netlink_protocol": _check_protocol,
     "plugin_index": _check_index,
     "scrape_interval_s": _check_nonneg,
+    "cgroup_root": _check_abs_path,
 }
 
 T = TypeVar("T")
@@ -327,6 +341,7 @@ __all__ = [
     "KubeletConfig",
     "MetricsConfig",
     "NriConfig",
+    "SpotConfig",
     "effective_config",
     "load_config",
     "parse_duration_s",

@@ -124,19 +124,46 @@ def render_text(doc: dict[str, Any]) -> str:
 
 
 def _render_spot(doc: dict[str, Any], lines: list[str]) -> None:
-    """Spot: how returns are seen, each GPU's state and why, the last return's latency."""
+    """Spot: how returns are seen, whether lending is blocked and why, each GPU's state and why,
+    the kills that went wrong, the last return's latencies."""
     rt = doc.get("spot_runtime") or {}
     if not rt and not doc.get("spot"):
         return
     lines.append("SPOT" + (f"  (returns seen by: {rt['mode']})" if rt.get("mode") else ""))
+    if rt.get("lending_blocked"):
+        lines.append(f"  LENDING BLOCKED: {rt['lending_blocked']}")
+    elif rt.get("cgroups"):
+        lines.append(f"  pod cgroups: {rt['cgroups']}")
     for g in doc.get("spot") or []:
         borrowers = ",".join(g.get("borrowers") or []) or "-"
         lines.append(f"  {g['real_id']}  {g['state']}  owner={g.get('owner') or '-'}  borrowers={borrowers}")
         if g.get("reason"):
             lines.append(f"      {g['reason']}")
+    errors = rt.get("kill_errors") or {}
+    exceeded = int(rt.get("kill_bound_exceeded") or 0)
+    if errors or exceeded:
+        listed = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
+        lines.append(
+            f"  KILL ERRORS: {listed}; tasks alive past the {rt.get('kill_bound_s', '?')}s bound: {exceeded} "
+            "(owner released anyway)"
+        )
     last = rt.get("last_return") or {}
     if last:
-        lines.append(f"  last return: {last['pod']} dead {last['return_to_dead_ms']} ms after the owner's signal")
+        lines.append(f"  last return: {_describe_return(last)}")
+
+
+def _describe_return(last: dict[str, Any]) -> str:
+    who = ",".join(last.get("pods") or []) or "nothing lent"
+    parts = [f"owner {last['owner']}" if last.get("owner") else "", f"borrowers {who}"]
+    if "return_to_dead_ms" in last:
+        parts.append(f"dead {last['return_to_dead_ms']} ms after the owner's signal")
+    if last.get("error"):
+        parts.append(f"KILL FAILED ({last['error']})")
+    if last.get("bound_exceeded"):
+        parts.append("tasks outlived the kill bound")
+    if "release_ms" in last:
+        parts.append(f"owner released after {last['release_ms']} ms")
+    return "; ".join(p for p in parts if p)
 
 
 def status(

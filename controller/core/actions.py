@@ -7,12 +7,13 @@ and logs one line per action from ``log_fields()`` (one INFO line per decision).
     CreateShadow(key, name, manifest)          create a shadow pod (leader only)
     DeleteShadow(ref, reason)                  delete an idle shadow (leader only)
     Evict(ref, reason, message)                delete a pod and record a Warning Event
-    KillContainers(ref, container_ids, reason) SIGKILL every process of those containers now
+    KillPods(pods, reason)                     SIGKILL every task of those pods' cgroups now
     SetDevices(resource, ids)                  the full device list of one share plugin
     SetSpotHealth(real_id, is_healthy, reason) health of spot-<real_id>
     KmodCommand(op, pidns)                     add / delete / detect / undetect / release
     AnnotatePod(ref, key, value)               write (or remove, value None) one annotation
     RecordEvent(ref, reason, message, type)    a Kubernetes Event with no other effect
+    RecordNodeEvent(reason, message, type)     the same, on this agent's Node
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ REASON_NOT_LENDABLE = "OwnerNotLendable"  # the owner withdrew its lendable labe
 REASON_SHADOW_IDLE = "ShadowIdle"  # a shadow had no sharer for shadowIdleTimeout
 REASON_SHADOW_DEMAND = "ShadowDemand"  # pending sharers outnumber free slots
 REASON_WARM_POOL = "WarmPool"  # keeping warmShadows spare
+REASON_SPOT_BLOCKED = "SpotLendingBlocked"  # spot is on but the node's pod cgroups cannot be found
 
 KmodOp = Literal["add", "delete", "detect", "undetect", "release"]
 
@@ -71,15 +73,29 @@ class Evict:
 
 
 @dataclass(frozen=True)
-class KillContainers:
-    """Kill every process of these containers through their cgroups, without waiting on the API."""
+class PodToKill:
+    """A borrower pod: its uid finds its pod cgroup; ``running`` is how many of its containers kubelet
+    last reported running (a kill that finds no task then is an error, never a fast return)."""
 
     ref: PodRef
-    container_ids: tuple[str, ...]
+    running: int
+
+
+@dataclass(frozen=True)
+class KillPods:
+    """Kill every task of these pods through their pod cgroups (every container, ephemeral ones and
+    ones started after the kill began), without waiting on the API. One action per reclaim, so the
+    borrowers of one owner die together."""
+
+    pods: tuple[PodToKill, ...]
     reason: str
 
+    @property
+    def refs(self) -> tuple[PodRef, ...]:
+        return tuple(p.ref for p in self.pods)
+
     def log_fields(self) -> dict[str, Any]:
-        return {"decision": "kill", "pod": self.ref.key, "containers": len(self.container_ids), "reason": self.reason}
+        return {"decision": "kill", "pods": ",".join(r.key for r in self.refs), "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -141,16 +157,29 @@ class RecordEvent:
         return {"decision": "event", "pod": self.ref.key, "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class RecordNodeEvent:
+    """An Event on this agent's Node (``kubectl describe node``): what concerns the node, not one pod."""
+
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Warning"
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"decision": "node-event", "reason": self.reason}
+
+
 Action = (
     CreateShadow
     | DeleteShadow
     | Evict
-    | KillContainers
+    | KillPods
     | SetDevices
     | SetSpotHealth
     | KmodCommand
     | AnnotatePod
     | RecordEvent
+    | RecordNodeEvent
 )
 
 
@@ -166,16 +195,19 @@ __all__ = [
     "REASON_SHADOW_DEMAND",
     "REASON_SHADOW_GONE",
     "REASON_SHADOW_IDLE",
+    "REASON_SPOT_BLOCKED",
     "REASON_WARM_POOL",
     "Action",
     "AnnotatePod",
     "CreateShadow",
     "DeleteShadow",
     "Evict",
-    "KillContainers",
+    "KillPods",
     "KmodCommand",
     "KmodOp",
+    "PodToKill",
     "RecordEvent",
+    "RecordNodeEvent",
     "SetDevices",
     "SetSpotHealth",
     "describe",

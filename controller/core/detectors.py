@@ -288,8 +288,21 @@ class IdleDetector:
         return self.status(device_id, now).is_idle
 
     def tracks(self) -> dict[str, DeviceTrack]:
-        """A copy of the per-device memory, for persistence (pass it back as ``tracks=``)."""
+        """A copy of the per-device memory, for persistence (``controller/core/idle_history.py``)."""
         return dict(self._tracks)
+
+    def restore(self, tracks: Mapping[str, DeviceTrack]) -> list[str]:
+        """Take tracks a previous run saved; a device already read since is kept. Returns those taken.
+
+        The caller decides which saved tracks to trust (``idle_history.trusted_tracks``).
+        """
+        taken = []
+        for device_id, track in sorted(tracks.items()):
+            old = self._tracks.get(device_id)
+            if old is None or old.last_reading_at < track.last_reading_at:
+                self._tracks[device_id] = track
+                taken.append(device_id)
+        return taken
 
 
 VerdictState = Literal["idle", "active", "unknown"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from controller.errors import InvalidObject
 from gpushare import keys
@@ -22,6 +22,8 @@ PodKey = str  # "<namespace>/<name>"
 PHASE_PENDING = "Pending"
 PHASE_RUNNING = "Running"
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_STATUS_FIELDS = (("container_statuses", "containerStatuses"), ("init_container_statuses", "initContainerStatuses"))
+_CONTAINER_FIELDS = (("containers", "containers"), ("init_containers", "initContainers"))
 
 
 def _get(d: Mapping[str, Any], snake: str, camel: str | None = None) -> Any:
@@ -32,46 +34,64 @@ def _get(d: Mapping[str, Any], snake: str, camel: str | None = None) -> Any:
     return value
 
 
+def _is_object(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # The leader reads every shadow and pending pod on each pass: the exact-type test answers
+    # for the plain dicts the client hands over, the ABC check only for anything else.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _obj(d: Mapping[str, Any], where: str, pod: str, snake: str, camel: str | None = None) -> Mapping[str, Any]:
     """A nested object; absent reads as empty, anything but an object is refused."""
-    value = _get(d, snake, camel)
-    if value is None:
+    value = d.get(snake)
+    if value is None and (camel is None or (value := d.get(camel)) is None):
         return {}
-    if not isinstance(value, Mapping):
+    if not _is_object(value):
         raise InvalidObject(f"gpushare: pod {pod}: {where} must be an object, got {value!r:.80}")
     return value
 
 
-def _objs(d: Mapping[str, Any], where: str, pod: str, snake: str, camel: str | None = None) -> list[Mapping[str, Any]]:
-    """A list of objects; absent reads as empty."""
-    value = _get(d, snake, camel)
-    if value is None:
+def _objs(d: Mapping[str, Any], parent: str, pod: str, snake: str, camel: str) -> list[Mapping[str, Any]]:
+    """A list of objects; absent reads as empty. ``parent``: where the field is, for the error."""
+    value = d.get(snake)
+    if value is None and (value := d.get(camel)) is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise InvalidObject(f"gpushare: pod {pod}: {where} must be a list of objects, got {value!r:.80}")
-    return value
+    if isinstance(value, list):
+        for v in value:
+            if not _is_object(v):
+                break
+        else:
+            return value
+    raise InvalidObject(f"gpushare: pod {pod}: {parent}.{camel} must be a list of objects, got {value!r:.80}")
 
 
 def _str_map(value: object, where: str, pod: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise InvalidObject(f"gpushare: pod {pod}: {where} must map strings to strings, got {value!r:.120}")
-    return dict(value)
+    if _is_object(value):
+        out = dict(value)
+        for k, v in out.items():
+            if not (isinstance(k, str) and isinstance(v, str)):
+                break
+        else:
+            return out
+    raise InvalidObject(f"gpushare: pod {pod}: {where} must map strings to strings, got {value!r:.120}")
 
 
 def _quantity(value: object, resource: str, pod: str) -> int:
     """Extended resources are integers (the API server refuses fractions); anything else is refused."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    # isdecimal, not isdigit: int() refuses digits such as "²".
+    if type(value) is str and value.isdecimal():  # the API's own spelling: no sign, no spaces
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and value.strip().isdecimal():
         number = int(value.strip())
     else:
         raise InvalidObject(f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is not a whole number")
     return number
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class PodRef:
     """A pod by name and uid; the uid tells a re-created pod of the same name apart."""
 
@@ -87,19 +107,21 @@ class PodRef:
         return self.key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerFacts:
     name: str
     # Extended-resource requests of this container (limits when requests are absent:
     # the API defaults requests to limits for extended resources).
     resources: tuple[tuple[str, int], ...]
     container_id: str  # runtime ID without the "containerd://" scheme; "" before it starts
+    # kubelet reports it running (status.state.running); spot's killer must then find its tasks.
+    is_running: bool = False
 
     def quantity(self, resource: str) -> int:
         return sum(q for r, q in self.resources if r == resource)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     ref: PodRef
     node_name: str  # "" while unscheduled
@@ -131,38 +153,71 @@ class PodFacts:
         return {r for c in self.containers for r, _ in c.resources}
 
 
-def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) -> tuple[ContainerFacts, ...]:
+def _statuses(status: Mapping[str, Any], pod: str) -> tuple[dict[str, str], set[str]]:
+    """Container name -> runtime ID, and the names kubelet reports running."""
     ids: dict[str, str] = {}
-    for field_snake, field_camel in (
-        ("container_statuses", "containerStatuses"),
-        ("init_container_statuses", "initContainerStatuses"),
-    ):
-        for st in _objs(status, f"status.{field_camel}", pod, field_snake, field_camel):
-            cid = _get(st, "container_id", "containerID") or ""
-            name = _get(st, "name")
-            if isinstance(name, str) and isinstance(cid, str):
+    running: set[str] = set()
+    for field_snake, field_camel in _STATUS_FIELDS:
+        for st in _objs(status, "status", pod, field_snake, field_camel):
+            name = st.get("name")
+            if not isinstance(name, str):
+                continue
+            cid = st.get("container_id")
+            if cid is None:
+                cid = st.get("containerID")
+            if not cid:
+                ids[name] = ""
+            elif isinstance(cid, str):
                 ids[name] = cid.split("://", 1)[-1]
+            state = st.get("state")
+            if _is_object(state) and state.get("running") is not None:
+                running.add(name)
+    return ids, running
+
+
+def _quantities(res: Mapping[str, Any], field: str, container: str, pod: str) -> Mapping[str, Any]:
+    """``resources.requests`` or ``.limits``; like ``_obj``, with the message built only when it is needed."""
+    value = res.get(field)
+    if value is None:
+        return {}
+    if not _is_object(value):
+        raise InvalidObject(
+            f"gpushare: pod {pod}: container {container} resources.{field} must be an object, got {value!r:.80}"
+        )
+    return value
+
+
+def _device_requests(c: Mapping[str, Any], name: str, pod: str) -> tuple[tuple[str, int], ...]:
+    """Device resources a container asks for (requests over limits), sorted; cpu and memory are skipped."""
+    res = c.get("resources")
+    if res is None:
+        return ()
+    if not _is_object(res):
+        raise InvalidObject(f"gpushare: pod {pod}: container {name} resources must be an object, got {res!r:.80}")
+    requests = _quantities(res, "requests", name, pod)
+    limits = _quantities(res, "limits", name, pod)
+    merged = {**limits, **requests} if limits else requests
+    for r in merged:
+        if not isinstance(r, str):
+            raise InvalidObject(f"gpushare: pod {pod}: container {name} names a resource that is not a string")
+    wanted: list[tuple[str, int]] = []
+    for r, q in merged.items():
+        if r.startswith(keys.RESOURCE_PREFIX) or is_vendor_resource(r):
+            wanted.append((r, _quantity(q, r, pod)))
+    wanted.sort()
+    return tuple(wanted)
+
+
+def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) -> tuple[ContainerFacts, ...]:
+    ids, running = _statuses(status, pod)
     out: list[ContainerFacts] = []
-    for field_snake, field_camel in (("containers", "containers"), ("init_containers", "initContainers")):
-        for c in _objs(spec, f"spec.{field_camel}", pod, field_snake, field_camel):
-            name = _get(c, "name")
+    for field_snake, field_camel in _CONTAINER_FIELDS:
+        for c in _objs(spec, "spec", pod, field_snake, field_camel):
+            name = c.get("name")
             if not isinstance(name, str) or not name:
                 raise InvalidObject(f"gpushare: pod {pod}: a container has no name")
-            res = _obj(c, f"container {name} resources", pod, "resources")
-            requests = _obj(res, f"container {name} resources.requests", pod, "requests")
-            limits = _obj(res, f"container {name} resources.limits", pod, "limits")
-            merged = {**limits, **requests}
-            if not all(isinstance(r, str) for r in merged):
-                raise InvalidObject(f"gpushare: pod {pod}: container {name} names a resource that is not a string")
-            # Only device resources matter here: ours and the vendors'; cpu and memory are skipped.
-            wanted = tuple(
-                sorted(
-                    (r, _quantity(q, r, pod))
-                    for r, q in merged.items()
-                    if r.startswith(keys.RESOURCE_PREFIX) or is_vendor_resource(r)
-                )
-            )
-            out.append(ContainerFacts(name=name, resources=wanted, container_id=ids.get(name, "")))
+            wanted = _device_requests(c, name, pod)
+            out.append(ContainerFacts(name, wanted, ids.get(name, ""), name in running))
     return tuple(out)
 
 
@@ -174,30 +229,35 @@ def is_vendor_resource(name: str) -> bool:
 
 def parse_pod(pod: Mapping[str, Any]) -> PodFacts:
     """Read the facts every role needs; raise ``InvalidObject`` naming the pod and field."""
-    if not isinstance(pod, Mapping):
+    if not _is_object(pod):
         raise InvalidObject(f"gpushare: expected a pod object, got {type(pod).__name__}")
     meta = _obj(pod, "metadata", "?", "metadata")
-    namespace, name, uid = _get(meta, "namespace"), _get(meta, "name"), _get(meta, "uid")
-    if not all(isinstance(v, str) and v for v in (namespace, name, uid)):
+    namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    ids_are_text = isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)
+    if not (ids_are_text and namespace and name and uid):
         raise InvalidObject(f"gpushare: a pod lacks metadata.namespace, name or uid: {dict(meta)!r:.160}")
     ref = PodRef(namespace, name, uid)
-    spec = _obj(pod, "spec", ref.key, "spec")
-    status = _obj(pod, "status", ref.key, "status")
-    node_name = _get(spec, "node_name", "nodeName") or ""
-    phase = _get(status, "phase") or PHASE_PENDING
+    key = f"{namespace}/{name}"
+    spec = _obj(pod, "spec", key, "spec")
+    status = _obj(pod, "status", key, "status")
+    node_name = spec.get("node_name")
+    if node_name is None:
+        node_name = spec.get("nodeName")
+    node_name = node_name or ""
+    phase = status.get("phase") or PHASE_PENDING
     if not isinstance(node_name, str) or not isinstance(phase, str):
         raise InvalidObject(f"gpushare: pod {ref}: spec.nodeName and status.phase must be strings")
-    selector = _str_map(_get(spec, "node_selector", "nodeSelector"), "spec.nodeSelector", ref.key)
+    selector = _str_map(_get(spec, "node_selector", "nodeSelector"), "spec.nodeSelector", key)
     return PodFacts(
-        ref=ref,
-        node_name=node_name,
-        phase=phase,
-        labels=_str_map(_get(meta, "labels"), "metadata.labels", ref.key),
-        annotations=_str_map(_get(meta, "annotations"), "metadata.annotations", ref.key),
-        node_selector=tuple(sorted(selector.items())),
-        containers=_containers(spec, status, ref.key),
-        is_terminating=_get(meta, "deletion_timestamp", "deletionTimestamp") is not None,
-        is_gated=bool(_get(spec, "scheduling_gates", "schedulingGates")),
+        ref,
+        node_name,
+        phase,
+        _str_map(meta.get("labels"), "metadata.labels", key),
+        _str_map(meta.get("annotations"), "metadata.annotations", key),
+        tuple(sorted(selector.items())) if selector else (),
+        _containers(spec, status, key),
+        _get(meta, "deletion_timestamp", "deletionTimestamp") is not None,
+        bool(_get(spec, "scheduling_gates", "schedulingGates")),
     )
 
 

@@ -18,12 +18,19 @@ when the owner stops lending or running and reclaims its borrowers. ``_step_unow
 does the same for a GPU no lendable owner holds. Each move returns an ``_Outcome``, and
 ``plan_spot`` merges them into one ordered action list:
 
-- back: ``spot-<id>`` Unhealthy, SIGKILL every borrower container, delete the borrower
-  pods with the reason, then ``release`` the owner's held ioctl and ``undetect``;
+- back: ``spot-<id>`` Unhealthy, SIGKILL every task of every borrower pod, delete the
+  borrower pods with the reason, then ``release`` the owner's held ioctl and ``undetect``;
 - then Unhealthy for every device that must not take new spot pods,
 - then the kernel module's watch list (``add``/``detect`` before a device turns Healthy,
   ``undetect``/``delete`` after it turned Unhealthy),
-- then Healthy for the devices of away owners.
+- then Healthy for the devices of away owners,
+- and while lending is blocked (no pod cgroups to kill through) a Warning on the Node.
+
+Besides the actions, the plan carries the *return table* (``SpotPlan.returns``): for every
+owner the kernel module watches, the borrowers a notice from it must kill. The spot runtime
+acts on a notice from that table at once, so the owner waits only for the kill; the pass that
+the notice also wakes then runs the whole sequence above (the kill again finds nothing, the
+release is a no-op) and does the API work.
 
 Decisions the design leaves open (docs/controller.md): an owner container is away only
 when *every* real GPU it holds is idle (the kernel signal is per pid namespace, not per
@@ -36,67 +43,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from controller.core.actions import (
     REASON_NOT_LENDABLE,
     REASON_OWNER_BACK,
     REASON_OWNER_LEFT,
+    REASON_SPOT_BLOCKED,
     Action,
     Evict,
-    KillContainers,
+    KillPods,
     KmodCommand,
+    PodToKill,
+    RecordNodeEvent,
     SetSpotHealth,
 )
 from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import Owner, Snapshot, SpotPod
 from controller.core.pod_facts import PodRef
-from gpushare.ids import format_spot_id
-
-
-@dataclass(frozen=True)
-class KmodView:
-    """What the kernel module does now, as the loop last applied it (empty after a restart)."""
-
-    available: bool
-    added: frozenset[int] = frozenset()
-    detecting: frozenset[int] = frozenset()
-
-
-class SpotState(StrEnum):
-    BUSY = "busy"
-    AWAY = "away"
-    STOLEN = "stolen"
-    BACK = "back"
-
-
-@dataclass(frozen=True)
-class GpuSpot:
-    """The outcome for one real GPU, for logs and ``gpushare status``."""
-
-    real_id: str
-    state: SpotState
-    owner: str  # "ns/pod/container", or "" when no lendable owner holds it
-    borrowers: tuple[str, ...]
-    reason: str
-
-    @property
-    def device_id(self) -> str:
-        return format_spot_id(self.real_id)
-
-
-@dataclass(frozen=True)
-class SpotPlan:
-    actions: tuple[Action, ...]
-    gpus: tuple[GpuSpot, ...]
-    # Real ID -> when its owner last came back; store it (state.py) and pass it back.
-    back_at: Mapping[str, float]
-
-    @property
-    def lent_real_ids(self) -> tuple[str, ...]:
-        """GPUs lent out now (``PluginManager.set_spot_lent``: prefer idle devices over lent ones)."""
-        return tuple(g.real_id for g in self.gpus if g.state == SpotState.STOLEN)
+from controller.core.spot_model import GpuSpot, KmodView, ReturnTarget, SpotPlan, SpotState
 
 
 @dataclass(frozen=True)
@@ -111,6 +76,7 @@ class _Inputs:
     back_at: Mapping[str, float]
     now: float
     idle_window_s: float
+    blocked: str  # why spot may lend nothing on this node ("" when it may)
 
     def borrowers_of(self, rids: Iterable[str]) -> list[SpotPod]:
         """The spot pods holding ``spot-<id>`` of these GPUs and not finished, in pod order."""
@@ -134,6 +100,8 @@ class _Outcome:
     detect: frozenset[int] = frozenset()  # pid namespaces the kernel module must watch
     undetected: frozenset[int] = frozenset()  # pid namespaces released and undetected in ``urgent``
     returned: tuple[str, ...] = ()  # real IDs whose owner came back in this pass
+    armed: tuple[ReturnTarget, ...] = ()  # watched owners: what their kernel notice does at once
+    due: float | None = None  # when this owner's idle window completes, if it is counting
 
 
 def _gpus(
@@ -148,13 +116,26 @@ def _reclaim(
 ) -> _Outcome:
     """Take the GPUs back from their borrowers, in the order that keeps the owner safe.
 
-    Unhealthy first (no new borrower), then kill through cgroups (not waiting on the API),
-    then delete the pods with the reason; still-terminating pods are killed again.
+    Unhealthy first (no new borrower), then kill through the pods' cgroups (not waiting on the
+    API), then delete the pods with the reason; still-terminating pods are killed again (kubelet
+    may restart a container until the delete reaches it).
     """
     urgent: list[Action] = [SetSpotHealth(rid, False, reason) for rid in rids]
-    urgent += [KillContainers(p.ref, p.container_ids, reason) for p in pods if p.container_ids]
+    urgent += [_kill(pods, reason)] if pods else []
     urgent += [Evict(p.ref, reason, message) for p in pods if not p.facts.is_terminating]
     return _Outcome(_gpus(owner, rids, state, message, pods), tuple(urgent))
+
+
+def _kill(pods: Iterable[SpotPod], reason: str) -> KillPods:
+    return KillPods(tuple(PodToKill(p.ref, sum(c.is_running for c in p.facts.containers)) for p in pods), reason)
+
+
+def _armed(owner: Owner, pods: list[SpotPod], inputs: _Inputs) -> tuple[ReturnTarget, ...]:
+    """The owner's entry in the return table, while the kernel module watches it."""
+    if not (inputs.kmod.available and owner.pidns is not None):
+        return ()
+    kill = _kill(pods, REASON_OWNER_BACK) if pods else None
+    return (ReturnTarget(owner.pidns, owner.container_key, owner.real_ids, kill),)
 
 
 def _back_signal(owner: Owner, pods: list[SpotPod], inputs: _Inputs) -> str:
@@ -176,18 +157,18 @@ def _is_watched(owner: Owner, inputs: _Inputs) -> bool:
     return owner.pidns is not None and (owner.pidns in inputs.kmod.detecting or owner.pidns in inputs.notices)
 
 
-def _is_idle_for_window(owner: Owner, inputs: _Inputs) -> bool:
-    """Every GPU of the owner idle for the whole window, counted from its last return if later."""
+def _window_ends(owner: Owner, inputs: _Inputs) -> float | None:
+    """When every GPU of the owner has been idle for the whole window, counted from its last return
+    if later; None while any GPU is not idle."""
+    ends = []
     for rid in owner.real_ids:
         v = inputs.verdicts.get(rid)
         if v is None or v.state != "idle" or v.idle_since is None:
-            return False
+            return None
         # A return resets the clock even if the tracker's streak began before it: the owner's
         # held ioctl may not show up as utilization at all.
-        start = max(v.idle_since, inputs.back_at.get(rid, v.idle_since))
-        if inputs.now - start < inputs.idle_window_s:
-            return False
-    return True
+        ends.append(max(v.idle_since, inputs.back_at.get(rid, v.idle_since)) + inputs.idle_window_s)
+    return max(ends, default=None)
 
 
 def _can_see_return(owner: Owner, inputs: _Inputs) -> bool:
@@ -222,14 +203,18 @@ def _back(owner: Owner, pods: list[SpotPod], signal: str, inputs: _Inputs) -> _O
 
 
 def _stolen(owner: Owner, pods: list[SpotPod], inputs: _Inputs) -> _Outcome:
-    """Stolen stays stolen; unknown metrics close the device to new borrowers but keep this one."""
+    """Stolen stays stolen; unknown metrics (or lending blocked) close the device to new borrowers
+    but keep this one."""
     rids = owner.real_ids
     known = all((v := inputs.verdicts.get(rid)) is not None and v.state != "unknown" for rid in rids)
     why = "lent" if known else "lent; metrics unknown, no new spot pods"
+    if inputs.blocked:
+        why = f"lent; no new spot pods: {inputs.blocked}"
     return _Outcome(
         _gpus(owner.container_key, rids, SpotState.STOLEN, why, pods),
-        healthy=frozenset(rids) if known else frozenset(),
+        healthy=frozenset(rids) if known and not inputs.blocked else frozenset(),
         detect=_pidns_set(owner),
+        armed=_armed(owner, pods, inputs),
     )
 
 
@@ -237,20 +222,24 @@ def _away(owner: Owner, inputs: _Inputs) -> _Outcome:
     """Busy -> away: idle for the whole window; the kernel module watches before the device turns Healthy."""
     why = f"idle for {inputs.idle_window_s:g}s"
     gpus = _gpus(owner.container_key, owner.real_ids, SpotState.AWAY, why)
-    return _Outcome(gpus, healthy=frozenset(owner.real_ids), detect=_pidns_set(owner))
+    armed = _armed(owner, [], inputs)
+    return _Outcome(gpus, healthy=frozenset(owner.real_ids), detect=_pidns_set(owner), armed=armed)
 
 
-def _busy(owner: Owner, inputs: _Inputs) -> _Outcome:
-    """Busy stays busy: the owner's return could not be seen, or the metrics' verdict is not idle."""
+def _busy(owner: Owner, inputs: _Inputs, window_ends: float | None) -> _Outcome:
+    """Busy stays busy: the owner's return could not be seen, lending is blocked on this node, or
+    the metrics' verdict is not idle (yet: ``window_ends`` is when it will be)."""
     if not _can_see_return(owner, inputs):
         why = "no return signal: kernel module absent and metrics do not attribute GPU use to pods"
         return _Outcome(_gpus(owner.container_key, owner.real_ids, SpotState.BUSY, why))
+    if inputs.blocked:
+        return _Outcome(_gpus(owner.container_key, owner.real_ids, SpotState.BUSY, f"not lent: {inputs.blocked}"))
     gpus = []
     for rid in owner.real_ids:
         verdict = inputs.verdicts.get(rid)
         why = "metrics unknown" if verdict is None or verdict.state == "unknown" else f"owner {verdict.state}"
         gpus.append(GpuSpot(rid, SpotState.BUSY, owner.container_key, (), why))
-    return _Outcome(tuple(gpus))
+    return _Outcome(tuple(gpus), due=window_ends)
 
 
 def _step_owner(owner: Owner, inputs: _Inputs) -> _Outcome:
@@ -264,9 +253,10 @@ def _step_owner(owner: Owner, inputs: _Inputs) -> _Outcome:
         return _back(owner, pods, signal, inputs)
     if pods:
         return _stolen(owner, pods, inputs)
-    if _can_see_return(owner, inputs) and _is_idle_for_window(owner, inputs):
+    ends = _window_ends(owner, inputs)
+    if _can_see_return(owner, inputs) and not inputs.blocked and ends is not None and inputs.now >= ends:
         return _away(owner, inputs)
-    return _busy(owner, inputs)
+    return _busy(owner, inputs, ends)
 
 
 def _step_unowned(rid: str, inputs: _Inputs) -> _Outcome:
@@ -319,11 +309,18 @@ def plan_spot(
     back_at: Mapping[str, float],
     now: float,
     idle_window_s: float,
+    lending_blocked: str = "",
 ) -> SpotPlan:
-    """Decide every spot device's health, the kernel module's watch list and any reclaim."""
+    """Decide every spot device's health, the kernel module's watch list and any reclaim.
+
+    ``lending_blocked``: why nothing may be lent on this node (the spot runtime cannot find pod
+    cgroups, so it could not kill a borrower); "" when lending is possible.
+    """
     real_resources = tuple(real_resources)
     spot_by_key = {p.ref.key: p for p in snapshot.spot_pods}
-    inputs = _Inputs(mapping, spot_by_key, verdicts, frozenset(notices), kmod, back_at, now, idle_window_s)
+    inputs = _Inputs(
+        mapping, spot_by_key, verdicts, frozenset(notices), kmod, back_at, now, idle_window_s, lending_blocked
+    )
     owners = sorted(mapping.owners(snapshot, real_resources), key=lambda o: (o.ref, o.container))
     outcomes = [_step_owner(o, inputs) for o in owners]
     gpus = {g.real_id: g for o in outcomes for g in o.gpus}
@@ -337,7 +334,22 @@ def plan_spot(
             outcome = _step_unowned(rid, inputs)
             outcomes.append(outcome)
             gpus.update((g.real_id, g) for g in outcome.gpus)
+    added = {o.pidns for o in owners if o.is_lendable and o.is_running and o.pidns is not None}
+    actions = _ordered_actions(inputs, real_ids, gpus, outcomes, added)
+    dues = [o.due for o in outcomes if o.due is not None and o.due > now]
+    return SpotPlan(
+        actions=tuple(actions),
+        gpus=tuple(gpus[rid] for rid in sorted(gpus)),
+        back_at={**back_at, **{rid: now for o in outcomes for rid in o.returned}},
+        returns={t.pidns: t for o in outcomes for t in o.armed},
+        next_change_at=min(dues, default=None),
+    )
 
+
+def _ordered_actions(
+    inputs: _Inputs, real_ids: list[str], gpus: Mapping[str, GpuSpot], outcomes: list[_Outcome], added: set[int]
+) -> list[Action]:
+    """Reclaims first, then Unhealthy, the kernel module's watch list, Healthy (module docstring)."""
     urgent = [a for o in outcomes for a in o.urgent]
     healthy = set().union(*(o.healthy for o in outcomes))
     already_unhealthy = {a.real_id for a in urgent if isinstance(a, SetSpotHealth)}
@@ -347,12 +359,13 @@ def plan_spot(
         for rid in real_ids
         if rid not in healthy and rid not in already_unhealthy
     ]
-    if kmod.available:
-        added = {o.pidns for o in owners if o.is_lendable and o.is_running and o.pidns is not None}
-        actions += _kmod_commands(kmod, inputs.notices, added, outcomes)
+    if inputs.kmod.available:
+        actions += _kmod_commands(inputs.kmod, inputs.notices, added, outcomes)
     actions += [SetSpotHealth(rid, True, gpus[rid].reason) for rid in sorted(healthy)]
-    new_back_at = {**back_at, **{rid: now for o in outcomes for rid in o.returned}}
-    return SpotPlan(tuple(actions), tuple(gpus[rid] for rid in sorted(gpus)), new_back_at)
+    if inputs.blocked:
+        message = f"gpushare: spot lends no GPU on this node: {inputs.blocked}"
+        actions.append(RecordNodeEvent(REASON_SPOT_BLOCKED, message))
+    return actions
 
 
 def _left_message(owner: str, reason: str) -> str:
@@ -364,6 +377,7 @@ def _left_message(owner: str, reason: str) -> str:
 __all__ = [
     "GpuSpot",
     "KmodView",
+    "ReturnTarget",
     "SpotPlan",
     "SpotState",
     "plan_spot",

@@ -271,6 +271,38 @@ class KubeClient:
         }
         self._call("POST", f"/api/v1/namespaces/{quote(ref.namespace, safe='')}/events", body=body)
 
+    def record_node_event(
+        self,
+        node: str,
+        reason: str,
+        message: str,
+        *,
+        type_: Literal["Normal", "Warning"] = "Normal",
+        now: datetime | None = None,
+    ) -> None:
+        """A core/v1 Event on the Node, shown by ``kubectl describe node``.
+
+        Written as kubelet writes node events: in namespace ``default``, with the node's name as
+        the involved object's uid (``kubectl describe node`` looks for events under that uid too).
+        """
+        stamp = _format_time(now or datetime.now(UTC))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{node}.", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": COMPONENT, "host": node},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": node,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._call("POST", "/api/v1/namespaces/default/events", body=body)
+
     def list_events(self, namespace: str, *, involved_uid: str) -> list[dict[str, Any]]:
         query = {"fieldSelector": f"involvedObject.uid={involved_uid}"}
         _, doc = self._call("GET", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", query=query)

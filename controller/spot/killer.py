@@ -1,11 +1,15 @@
-"""``KillContainers`` done on the host: SIGKILL a borrower's cgroups now, then confirm every task died.
+"""``KillPods`` done on the host: every task of each borrower pod, through its pod-level cgroup.
 
-``CgroupKiller.signal`` kills and returns at once; the ``Reaper`` thread (gpushare-spot-reaper)
-watches each killed pod's cgroups until they list no task. It kills again any task forked
-after the first read (freezing the cgroup first once that has gone on for ``FREEZE_AFTER_S``),
-moves killed tasks still waiting for CPU into ``ExitBoost``'s cgroup, and gives up with an
-ERROR after the killer's ``timeout_s``. Signalling every borrower of a return first and
-waiting once lets their exits run in parallel (16 borrowers die in about the time of one).
+``PodKiller`` finds where kubelet puts pods on this node (``cgroups.detect_layout``: cgroup v1
+or v2, cgroupfs or systemd driver), finds each borrower's pod cgroup by its uid
+(``find_pod_cgroup``, cached: the walk is done when the pass first sees a borrower, not on the
+return path) and kills them all together with ``signals.kill_pods``, which returns the moment
+every pod cgroup is empty or at the bound. The pod cgroup holds every container of the pod:
+ephemeral ones, and ones kubelet (re)starts after the kill began.
+
+It never reports a kill that did nothing as a success (docs/spot.md, "never pretend"): the
+outcome names an error when no pod cgroup can be found on the node, when the kill failed, or
+when it signalled no task although kubelet reported the pod's containers running.
 """
 
 from __future__ import annotations
@@ -14,152 +18,240 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
-from controller.core.actions import KillContainers
-from controller.errors import KillTimeout
-from controller.spot.cgroups import CgroupIndex, ContainerCgroup
-from controller.spot.signals import ExitBoost, signal_cgroups, wait_cgroups_empty
+from controller.core.actions import KillPods
+from controller.spot.cgroups import CgroupLayout, PodCgroup, detect_layout, find_pod_cgroup
+from controller.spot.signals import PodKillReport, kill_pods
+from gpushare.errors import GpushareError
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
 
-# The first SIGKILL goes without freezing (freezing waits for every task to be scheduled:
-# 16 borrowers took 68 ms p50 frozen vs 29 ms not, on 2 loaded cores); a cgroup still not
-# empty after this long is frozen before the next round.
-FREEZE_AFTER_S = 0.02
-# Killed tasks still listed this long after the signal are waiting for CPU: move them to the
-# highest-weight cpu cgroup (signals.ExitBoost) so they run their exit now.
-BOOST_AFTER_S = 0.002
-_REAP_POLL_S = 0.0005
+DEFAULT_KILL_BOUND_S = 2.0  # a task alive this long after SIGKILL is stuck in the kernel (D state)
+LAYOUT_RECHECK_S = 30.0  # how often the node's cgroup layout is looked at again (kubelet may start later)
+_MAX_CACHED = 4096  # pod cgroups remembered; pods come and go
 
-# Called once per pod whose cgroups were seen empty: (action, return-signal time, time signalled, time dead).
-OnDead = Callable[[KillContainers, float | None, float, float], None]
+# The error labels of gpushare_spot_kill_errors_total.
+ERROR_NO_CGROUPS = "no_cgroups"  # the node's pod cgroups cannot be found at all (lending is blocked)
+ERROR_NO_CGROUP = "no_cgroup"  # a pod kubelet reports running has no pod cgroup here
+ERROR_NO_TASKS = "no_tasks"  # the kill signalled no task while kubelet reports the pods' containers running
+ERROR_FAILED = "failed"  # writing the cgroup files or signalling failed
+
+Detect = Callable[[Path], "CgroupLayout | str"]
+Find = Callable[[str, CgroupLayout], "PodCgroup | None"]
+Kill = Callable[..., PodKillReport]
 
 
-class CgroupKiller:
-    """``KillContainers`` -> SIGKILL to every process of those containers, through their cgroups."""
+@dataclass(frozen=True)
+class KillOutcome:
+    """What one ``PodKiller.kill`` did; ``error`` is "" or one of the ``ERROR_*`` labels."""
 
-    def __init__(self, *, index: CgroupIndex | None = None, timeout_s: float = 2.0, use_freezer: bool = False) -> None:
-        self.index = index or CgroupIndex()
-        self.use_freezer = use_freezer
+    action: KillPods
+    started_at: float  # monotonic
+    took_s: float  # from the start to every pod cgroup empty (or the bound)
+    signalled: int
+    remaining: tuple[int, ...] = ()  # tasks still alive at the bound
+    not_found: tuple[str, ...] = ()  # pods ("ns/name") with no pod cgroup on this node
+    error: str = ""
+    detail: str = ""
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.remaining)
+
+    @property
+    def dead_at(self) -> float:
+        return self.started_at + self.took_s
+
+
+class PodKiller:
+    """Kills borrower pods through their pod cgroups; safe to call from several threads."""
+
+    def __init__(
+        self,
+        *,
+        cgroup_root: str = "/sys/fs/cgroup",
+        timeout_s: float = DEFAULT_KILL_BOUND_S,
+        detect: Detect = detect_layout,
+        find: Find = find_pod_cgroup,
+        kill: Kill = kill_pods,
+        monotonic: Callable[[], float] = time.monotonic,
+        recheck_s: float = LAYOUT_RECHECK_S,
+    ) -> None:
+        self.cgroup_root = cgroup_root
         self._timeout_s = timeout_s
-
-    def prepare(self, container_ids: Iterable[str]) -> None:
-        """Find cgroups ahead of a kill (the walk then is not on the return path)."""
-        self.index.locate(container_ids)
+        self._detect, self._find, self._kill = detect, find, kill
+        self._monotonic = monotonic
+        self._recheck_s = recheck_s
+        self._lock = threading.Lock()
+        self._layout: CgroupLayout | str = "not looked for yet"
+        self._next_check = float("-inf")
+        self._cache: dict[str, PodCgroup] = {}
 
     @property
     def timeout_s(self) -> float:
-        """How long a killed pod's tasks may take to die before the reaper gives up on them."""
+        """The kill bound: how long a killed pod's tasks may take to die before the owner is released anyway."""
         return self._timeout_s
 
-    def signal(self, action: KillContainers) -> tuple[list[ContainerCgroup], set[int]]:
-        """SIGKILL every task of the containers' cgroups without waiting: (cgroups to watch, pids signalled)."""
-        found = self.index.locate(action.container_ids)
-        cgroups = list(found.values())
-        signalled, _ = signal_cgroups(cgroups, use_freezer=self.use_freezer)
-        self.index.forget(action.container_ids)
-        log.info(
-            "spot kill",
-            extra=kv(
-                pod=action.ref.key,
-                reason=action.reason,
-                containers=len(found),
-                not_found=len(set(action.container_ids) - set(found)),
-                signalled=len(signalled),
-            ),
-        )
-        return cgroups, signalled
-
-
-@dataclass
-class _Killed:
-    """One killed pod the reaper still watches."""
-
-    action: KillContainers
-    cgroups: list[ContainerCgroup]
-    signal_at: float | None  # the return signal that caused the kill, if one did
-    signalled_at: float
-    signalled: set[int]
-    boosted: set[int] = field(default_factory=set)
-
-
-class Reaper:
-    """Watches killed pods' cgroups until they are empty, on a thread that runs while any is left."""
-
-    def __init__(
-        self, killer: CgroupKiller, on_dead: OnDead, *, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._killer = killer
-        self._on_dead = on_dead
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._killed: list[_Killed] = []
-        self._thread: threading.Thread | None = None
-        self._reaped = threading.Event()
-        self.exit_boost = ExitBoost()
-
-    def watch(
-        self, action: KillContainers, cgroups: list[ContainerCgroup], signal_at: float | None, signalled: set[int]
-    ) -> None:
-        """Confirm the deaths of a pod just signalled; starts the thread if it is not running."""
-        with self._lock:
-            self._killed.append(_Killed(action, cgroups, signal_at, self._monotonic(), signalled))
-            if self._thread is None:
-                self._reaped.clear()
-                self._thread = threading.Thread(target=self._run, name="gpushare-spot-reaper", daemon=True)
-                self._thread.start()
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Block until every watched pod is confirmed dead (or given up on); False on timeout."""
-        with self._lock:
-            if self._thread is None:
-                return True
-        return self._reaped.wait(self._killer.timeout_s + 1.0 if timeout_s is None else timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                batch = list(self._killed)
-                if not batch:
-                    self._thread = None
-                    self._reaped.set()
-                    return
-            done = [entry for entry in batch if self._check(entry)]
-            with self._lock:
-                self._killed = [e for e in self._killed if e not in done]
-            if len(done) < len(batch):
-                time.sleep(_REAP_POLL_S)
-
-    def _check(self, entry: _Killed) -> bool:
-        """One look at a killed pod's cgroups; True once it needs no more watching."""
-        listed = [(cg, cg.pids()) for cg in entry.cgroups]
-        left = [cg for cg, pids in listed if pids]
+    def layout(self) -> CgroupLayout | str:
+        """The node's pod-cgroup layout, or why there is none; looked at again every ``recheck_s``."""
         now = self._monotonic()
-        is_done = False
-        if not left:
-            is_done = True
-            self._on_dead(entry.action, entry.signal_at, entry.signalled_at, now)
-        elif now - entry.signalled_at > self._killer.timeout_s:
-            is_done = True
+        with self._lock:
+            if now < self._next_check:
+                return self._layout
+            self._next_check = now + self._recheck_s
+            before = self._layout
+        found = self._detect(Path(self.cgroup_root))
+        with self._lock:
+            self._layout = found
+            if isinstance(found, str) or found != before:
+                self._cache.clear()
+        if isinstance(found, str) and found != before:
+            log.warning("spot: no pod cgroups; nothing is lent on this node: %s", found)
+        elif not isinstance(found, str) and found != before:
+            log.info("spot: pod cgroups found: %s", found.describe())
+        return found
+
+    def blocked(self) -> str:
+        """Why no borrower could be killed here ("" when pod cgroups are found)."""
+        found = self.layout()
+        return found if isinstance(found, str) else ""
+
+    def describe(self) -> str:
+        """The layout in one line, for ``gpushare status``."""
+        with self._lock:
+            found = self._layout
+        return f"none ({found})" if isinstance(found, str) else found.describe()
+
+    def prepare(self, pod_uids: Iterable[str]) -> None:
+        """Find these pods' cgroups ahead of a kill (the pass calls it for every borrower it arms)."""
+        found = self.layout()
+        if isinstance(found, str):
+            return
+        wanted = set(pod_uids)
+        with self._lock:
+            missing = wanted - set(self._cache)
+            if len(self._cache) > _MAX_CACHED:
+                self._cache = {uid: cg for uid, cg in self._cache.items() if uid in wanted}
+        for uid in sorted(missing):
             try:
-                wait_cgroups_empty(left, timeout_s=0.0)
-            except KillTimeout as exc:
-                log.error("spot: %s", exc, extra=kv(pod=entry.action.ref.key, reason=entry.action.reason))
-        elif now - entry.signalled_at > BOOST_AFTER_S and (
-            slow := [p for _, pids in listed for p in pids if p in entry.signalled and p not in entry.boosted]
-        ):
-            # Signalled but not yet gone: waiting for CPU behind their pod's weight.
-            entry.boosted.update(slow)
-            self.exit_boost.move(slow)
-        if any(p not in entry.signalled for _, pids in listed for p in pids):
-            # Tasks we never signalled: children forked between our read and our signal.
-            # Kill them; if forks still come after FREEZE_AFTER_S, freeze first so a fork
-            # loop cannot stay ahead. Tasks already signalled are only dying: wait.
-            again, _ = signal_cgroups(left, use_freezer=now - entry.signalled_at > FREEZE_AFTER_S)
-            entry.signalled |= again
-        return is_done
+                cg = self._find(uid, found)
+            except (GpushareError, ValueError) as exc:
+                log.warning("spot: cannot look for a pod cgroup: %s", exc, extra=kv(uid=uid))
+                continue
+            if cg is not None:
+                with self._lock:
+                    self._cache[uid] = cg
+
+    def _locate(self, action: KillPods, layout: CgroupLayout) -> tuple[list[PodCgroup], list[str]]:
+        cgroups, not_found = [], []
+        for target in action.pods:
+            with self._lock:
+                cg = self._cache.get(target.ref.uid)
+            if cg is None:
+                cg = self._find(target.ref.uid, layout)  # not started when armed, or never armed
+                if cg is not None:
+                    with self._lock:
+                        self._cache[target.ref.uid] = cg
+            if cg is None:
+                not_found.append(target.ref.key)
+            else:
+                cgroups.append(cg)
+        return cgroups, not_found
+
+    def kill(self, action: KillPods, *, first: frozenset[str] = frozenset()) -> KillOutcome:
+        """SIGKILL every task of the pods and return once all are gone or the bound has passed.
+
+        ``first``: uids of the pods killed here for the first time. Only those can make the kill
+        an error: a pod killed again (every pass until the API deletes it) rightly finds nothing.
+        """
+        started = self._monotonic()
+        found = self.layout()
+        if isinstance(found, str):
+            # Nothing could be killed; an error only if kubelet reports something running there.
+            running = any(t.running > 0 for t in action.pods if t.ref.uid in first)
+            error = ERROR_NO_CGROUPS if running else ""
+            return self._done(KillOutcome(action, started, 0.0, 0, error=error, detail=found), first)
+        try:
+            cgroups, not_found = self._locate(action, found)
+            report = self._kill(cgroups, timeout_s=self._timeout_s) if cgroups else None
+        except (GpushareError, OSError, ValueError) as exc:
+            took = self._monotonic() - started
+            return self._done(KillOutcome(action, started, took, 0, error=ERROR_FAILED, detail=str(exc)), first)
+        if report is None:
+            outcome = KillOutcome(action, started, self._monotonic() - started, 0, not_found=tuple(not_found))
+            return self._done(outcome, first)
+        error, detail = "", ""
+        # Tasks were there and none could be signalled, or a pod could not even be read: not a kill.
+        if report.signalled_none or (report.errors and report.unconfirmed and not report.timed_out):
+            error, detail = ERROR_FAILED, "; ".join(report.errors) or "tasks listed but none could be signalled"
+        outcome = KillOutcome(
+            action, started, report.took_s, report.signalled, report.remaining, tuple(not_found), error, detail
+        )
+        return self._done(outcome, first)
+
+    def _done(self, outcome: KillOutcome, first: frozenset[str]) -> KillOutcome:
+        """Classify (``_error_of``) and log the outcome: one INFO line, or an ERROR naming what went wrong."""
+        error, detail = outcome.error, outcome.detail
+        if not error:
+            error, detail = _error_of(outcome, first)
+        fields = kv(
+            pods=",".join(r.key for r in outcome.action.refs),
+            reason=outcome.action.reason,
+            signalled=outcome.signalled,
+            took_ms=round(outcome.took_s * 1000, 2),
+            not_found=",".join(outcome.not_found),
+        )
+        if error and not first:
+            # A pod killed before, killed again each pass until the API deletes it: known already.
+            log.debug("spot kill again failed (%s): %s", error, detail, extra=fields)
+        elif error:
+            log.error("spot kill failed (%s): %s", error, detail, extra=fields)
+        elif outcome.timed_out:
+            log.error(
+                "spot kill: tasks %s survived SIGKILL for %gs (stuck in the kernel, D state); the owner is "
+                "released anyway",
+                list(outcome.remaining),
+                self._timeout_s,
+                extra=fields,
+            )
+        else:
+            log.info("spot kill", extra=fields)
+        return KillOutcome(
+            outcome.action,
+            outcome.started_at,
+            outcome.took_s,
+            outcome.signalled,
+            outcome.remaining,
+            outcome.not_found,
+            error,
+            detail,
+        )
 
 
-__all__ = ["BOOST_AFTER_S", "FREEZE_AFTER_S", "CgroupKiller", "OnDead", "Reaper"]
+def _error_of(outcome: KillOutcome, first: frozenset[str]) -> tuple[str, str]:
+    """("", "") for a kill that did what it should; else the error label and what happened."""
+    running = [t for t in outcome.action.pods if t.ref.uid in first and t.running > 0]
+    if not running:
+        return "", ""
+    if outcome.signalled == 0:
+        names = ", ".join(f"{t.ref.key} ({t.running} running)" for t in running)
+        return ERROR_NO_TASKS, f"signalled no task although kubelet reports containers running: {names}"
+    missing = [t.ref.key for t in running if t.ref.key in outcome.not_found]
+    if missing:
+        return ERROR_NO_CGROUP, f"no pod cgroup found for running pods {', '.join(missing)}"
+    return "", ""
+
+
+__all__ = [
+    "DEFAULT_KILL_BOUND_S",
+    "ERROR_FAILED",
+    "ERROR_NO_CGROUP",
+    "ERROR_NO_CGROUPS",
+    "ERROR_NO_TASKS",
+    "LAYOUT_RECHECK_S",
+    "KillOutcome",
+    "PodKiller",
+]

@@ -1,5 +1,8 @@
 """gpukmod as spot sees it: the loop's KmodCommands applied, the module's notices queued.
 
+A notice is handed first to ``on_notice`` (the spot runtime kills the owner's borrowers and
+calls ``release`` right there, on the notice thread), which also queues it for the next pass.
+
 An absent or unloaded module is not an error: spot then works on utilization alone, and
 the module is looked for again every ``KMOD_RETRY_S`` (it may be loaded later).
 """
@@ -40,8 +43,9 @@ class KmodLike(Protocol):
 
 
 def open_kmod(unit: int) -> KmodLike:
-    """The real client on netlink ``unit``; raises KmodError when the module is absent."""
-    return KmodClient(unit=unit)
+    """The real client on netlink ``unit``, on a table emptied of what an earlier agent left
+    (``KmodClient.open_flushed``; the bridge registers next); raises KmodError when the module is absent."""
+    return KmodClient.open_flushed(unit=unit)
 
 
 class KmodBridge:
@@ -62,6 +66,7 @@ class KmodBridge:
         retry_s: float = KMOD_RETRY_S,
     ) -> None:
         self._unit = unit
+        self._where = f"netlink unit {unit}"
         self._wake = wake
         self._factory = client_factory
         self._clock = clock
@@ -71,6 +76,9 @@ class KmodBridge:
         self._added: set[int] = set()
         self._detecting: set[int] = set()
         self._notices: list[tuple[int, float]] = []
+        # Set by the spot runtime: called on the notice thread with (pidns, arrival time) instead
+        # of queueing the notice, so the return is acted on before the pass ``wake`` asks for.
+        self.on_notice: Callable[[int, float], None] | None = None
         self._reason = "not started"
         self._next_try = 0.0
         self.notices_total = 0
@@ -97,9 +105,19 @@ class KmodBridge:
         self._client = client
         self._added.clear()
         self._detecting.clear()
-        self._reason = f"registered on netlink unit {self._unit}"
-        log.info("spot kernel module connected", extra=kv(unit=self._unit))
+        self._reason = f"registered on {self._where}"
+        log.info("spot kernel module connected", extra=kv(on=self._where))
         return True
+
+    def use_client_factory(self, factory: Callable[[int], KmodLike], *, where: str) -> None:
+        """Open the client with ``factory`` from now on; ``where`` names it in the status. Before ``start``.
+
+        For ``gpushare agent --kmod-socket`` (controller/spot/notice_socket.py): a benchmark or
+        test hands notices in where the kernel's would enter, and sees every command sent.
+        """
+        with self._lock:
+            self._factory = factory
+            self._where = where
 
     def _set_absent(self, exc: KmodError) -> None:
         reason = (
@@ -112,11 +130,37 @@ class KmodBridge:
         self._reason = reason
 
     def _on_notice(self, pidns: int) -> None:
-        with self._lock:
-            self._notices.append((pidns, self._clock()))
-            self.notices_total += 1
+        at = self._clock()
+        try:
+            if self.on_notice is not None:
+                self.on_notice(pidns, at)  # the spot runtime's return path: it queues the notice itself
+            else:
+                self.queue_notice(pidns, at)
+        finally:
+            self._wake()  # the pass that does the rest (after the return path, when there is one)
         log.info("spot kernel notice", extra=kv(pidns=pidns))
-        self._wake()
+
+    def queue_notice(self, pidns: int, at: float) -> None:
+        """Hand a notice (and its arrival time) to the next pass's ``drain``."""
+        with self._lock:
+            self._notices.append((pidns, at))
+            self.notices_total += 1
+
+    def release(self, pidns: int) -> None:
+        """Let the owner's held ioctl run now, from the return path (not a pass). Raises KmodError.
+
+        The view still shows it armed: the pass that drains its notice plans ``release`` and
+        ``undetect`` as for any return, so a pass running meanwhile does not re-arm it.
+        """
+        with self._lock:
+            client = self._client
+        if client is None:
+            return
+        try:
+            client.release(pidns)
+        except KmodError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
 
     @property
     def available(self) -> bool:

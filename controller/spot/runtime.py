@@ -4,15 +4,23 @@
     ├── UtilizationWatcher      utilization.py: thread gpushare-spot-scrape, Scraper -> IdleDetector
     ├── KmodBridge              kmod_bridge.py: gpukmod commands and notices (thread
     │                           gpushare-spot-kmod-notices); absent module = utilization only
-    ├── CgroupKiller, Reaper    killer.py: KillContainers -> SIGKILL every borrower cgroup now; the
-    │                           thread gpushare-spot-reaper confirms the deaths
+    ├── PodKiller               killer.py: KillPods -> SIGKILL every task of each borrower pod
+    │                           through its pod cgroup; bounded; never reports a kill that did nothing
     └── PidnsCache              pidns.py: container ID -> pid namespace gpukmod watches
 
-Threads only move data: a notice or a changed idle state is queued as plain values and the
-loop is woken (``wake``); every decision stays in ``plan_spot``. The return-to-dead latency
-is measured from the moment the signal reached this process (a notice read from the
-socket, or the scrape that first showed the GPU busy) to the moment a borrower's cgroup
-lists no task, one observation per borrower pod.
+The owner waits only for the kill. Each pass hands the runtime its return table
+(``SpotPlan.returns``: which borrowers each watched owner's notice must kill). A kernel notice
+is acted on right on the notice thread, before any pass: the owner's spot devices turn
+Unhealthy, its borrowers are killed (returning the moment their pod cgroups are empty, or at
+the bound), the notice is queued for the pass, and the owner's held ioctl is released. Only then
+does the pass run, deleting the pods and writing the Events; its own kill finds nothing left
+and its ``release`` is a no-op. Kills a pass asks for (reclaims without a kernel notice) run on
+a short thread each (gpushare-spot-kill), so the pass never waits on a dying task; ``kmod
+release`` from a pass waits for every kill in flight.
+
+Latencies are measured from the moment the return signal reached this process (a notice read
+from the socket, or the scrape that first showed the GPU busy): to every task of the
+borrowers dead (one observation per return), and, for a notice, to the owner released.
 """
 
 from __future__ import annotations
@@ -20,53 +28,74 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from controller.core.actions import REASON_OWNER_BACK, KillContainers, KmodCommand
+from controller.core.actions import REASON_OWNER_BACK, KillPods, KmodCommand
 from controller.core.detectors import IdleDetector, IdleVerdict
-from controller.core.pod_facts import PodRef
-from controller.core.spot_solver import KmodView
+from controller.core.spot_model import KmodView, ReturnTarget
 from controller.metrics.scrape import Scraper
-from controller.spot.cgroups import PROC_ROOT
+from controller.spot.cgroups import PROC_ROOT, CgroupIndex
 from controller.spot.counters import SpotCounters
-from controller.spot.killer import CgroupKiller, Reaper
+from controller.spot.killer import KillOutcome, PodKiller
 from controller.spot.kmod_bridge import KmodBridge, open_kmod, refuse_kmod
 from controller.spot.pidns import PidnsCache
+from controller.spot.runtime_record import ReturnRecord, log_return_failure
 from controller.spot.utilization import UtilizationWatcher
 from controller.spot_hooks import SpotHooks
+from gpukmod import KmodError
 from gpushare.config import Config
+from gpushare.errors import GpushareError
 
 _MAX_KILLED = 1024  # pods remembered as killed, so a pod killed again each pass is counted once
 
 
 class SpotRuntime:
-    """What the agent builds for spot; ``verdicts``/``notices``/``kmod_view``/``kmod``/``killer``/``pidns_of``
-    are the loop's ``SpotHooks`` (controller/spot_hooks.py)."""
+    """What the agent builds for spot; ``hooks()`` are the loop's ``SpotHooks`` (controller/spot_hooks.py)."""
 
     def __init__(
         self,
         watcher: UtilizationWatcher | None,
         bridge: KmodBridge,
-        killer: CgroupKiller,
+        killer: PodKiller,
         *,
         proc_root: str = PROC_ROOT,
         monotonic: Callable[[], float] = time.monotonic,
+        pidns_index: CgroupIndex | None = None,
     ) -> None:
         self.watcher = watcher
-        self.bridge = bridge
-        self.kill_runner = killer
-        self.reaper = Reaper(killer, self._observe_dead, monotonic=monotonic)
-        self._pidns = PidnsCache(killer.index, proc_root=proc_root, monotonic=monotonic)
+        self.pod_killer = killer
+        self._monotonic = monotonic
+        index = pidns_index if pidns_index is not None else CgroupIndex(cgroup_root=killer.cgroup_root)
+        self._pidns = PidnsCache(index, proc_root=proc_root, monotonic=monotonic)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a kill ends
+        self._kills_running = 0
+        self._returns: Mapping[int, ReturnTarget] = {}
         self._pass_signals: list[float] = []
-        self._killed: OrderedDict[PodRef, None] = OrderedDict()
-        # (pod, monotonic time its cgroups were seen empty), newest last: for benchmarks and tests.
+        self._killed: OrderedDict[str, None] = OrderedDict()  # pod uids, oldest first
+        self._blocked = ""
+        # (pod, monotonic time its tasks were seen gone), newest last: for benchmarks and tests.
         self.dead: deque[tuple[str, float]] = deque(maxlen=256)
         # A collector in the agent's registry; the bridge is looked up at scrape time (tests swap it).
-        self.counters = SpotCounters(kmod_available=lambda: self.bridge.available)
+        self.counters = SpotCounters(
+            kmod_available=lambda: self.bridge.available, lending_blocked=lambda: self._blocked
+        )
         self.wake_target: Callable[[], None] = lambda: None  # the loop's wake(), set by the agent
+        # PluginManager.set_spot_health, set by the agent: a notice closes the owner's devices at once.
+        self.spot_health_target: Callable[[str, bool], None] | None = None
         self.last_return: dict[str, Any] = {}
+        self.bridge = bridge
+
+    @property
+    def bridge(self) -> KmodBridge:
+        return self._bridge
+
+    @bridge.setter
+    def bridge(self, bridge: KmodBridge) -> None:
+        """Kernel notices of this bridge come to the runtime's return path first."""
+        self._bridge = bridge
+        bridge.on_notice = self._on_notice
 
     @classmethod
     def from_config(cls, cfg: Config, *, use_kmod: bool = True) -> SpotRuntime:
@@ -84,9 +113,11 @@ class SpotRuntime:
                 interval_s=cfg.metrics.scrape_interval_s,
                 is_process_level=cfg.metrics.process_level,
                 wake=wake,
+                state_dir=cfg.state_dir,
             )
         factory = open_kmod if use_kmod else refuse_kmod
-        rt = cls(watcher, KmodBridge(unit=cfg.netlink_protocol, wake=wake, client_factory=factory), CgroupKiller())
+        bridge = KmodBridge(unit=cfg.netlink_protocol, wake=wake, client_factory=factory)
+        rt = cls(watcher, bridge, PodKiller(cgroup_root=cfg.spot.cgroup_root))
         holder.append(rt)
         return rt
 
@@ -99,9 +130,12 @@ class SpotRuntime:
             kmod=self.kmod,
             killer=self.killer,
             pidns_of=self.pidns_of,
+            arm=self.arm,
+            blocked=self.blocked,
         )
 
     def start(self, stop: threading.Event) -> None:
+        self.blocked()  # says at start whether pod cgroups were found (one log line either way)
         self.bridge.start()
         if self.watcher is not None:
             self.watcher.start(stop)
@@ -134,47 +168,110 @@ class SpotRuntime:
             self.wait_dead()  # the owner's held ioctl runs only once every borrower is dead (design §6)
         self.bridge.apply(cmd)
 
-    def killer(self, action: KillContainers) -> None:
-        """SIGKILL the containers now and return; the reaper thread confirms the deaths.
-
-        ``kmod("release")`` waits for the reaper, so the owner's ioctl still runs only after
-        every borrower is dead.
-        """
-        cgroups, signalled = self.kill_runner.signal(action)
+    def killer(self, action: KillPods) -> None:
+        """Start killing the pods and return at once; a short thread waits for their tasks to go."""
         with self._lock:
-            # The plan kills a still-terminating pod again on every pass; count each pod once.
-            is_first = action.ref not in self._killed
-            if is_first:
-                self._killed[action.ref] = None
-                while len(self._killed) > _MAX_KILLED:
-                    self._killed.popitem(last=False)
-                self.counters.kills[action.reason] += 1
-            is_return = is_first and action.reason == REASON_OWNER_BACK and bool(self._pass_signals)
+            first = self._take_first(action)
+            is_return = bool(first) and action.reason == REASON_OWNER_BACK and bool(self._pass_signals)
             signal_at = min(self._pass_signals) if is_return else None
-        self.reaper.watch(action, cgroups, signal_at, signalled)
+            self._kills_running += 1
+        threading.Thread(
+            target=self._kill_off_path, args=(action, first, signal_at), name="gpushare-spot-kill", daemon=True
+        ).start()
+
+    def arm(self, returns: Mapping[int, ReturnTarget]) -> None:
+        """Take this pass's return table, and find its borrowers' pod cgroups now rather than on a return."""
+        with self._lock:
+            self._returns = dict(returns)
+        self.pod_killer.prepare(t.ref.uid for r in returns.values() if r.kill is not None for t in r.kill.pods)
+
+    def blocked(self) -> str:
+        """Why nothing may be lent here ("" when pod cgroups are found); kept for /metrics."""
+        self._blocked = self.pod_killer.blocked()
+        return self._blocked
 
     def pidns_of(self, container_id: str) -> int | None:
         """The pid-namespace inode of a container's first process (cached: it never changes)."""
         return self._pidns.lookup(container_id)
 
     def wait_dead(self, timeout_s: float | None = None) -> bool:
-        """Block until every killed borrower is confirmed dead (or given up on); False on timeout."""
-        return self.reaper.wait(timeout_s)
+        """Block until no kill is in flight (each ends by its bound); False on timeout."""
+        limit = self.pod_killer.timeout_s + 1.0 if timeout_s is None else timeout_s
+        with self._idle:
+            return self._idle.wait_for(lambda: self._kills_running == 0, limit)
 
-    def _observe_dead(
-        self, action: KillContainers, signal_at: float | None, signalled_at: float, dead_at: float
-    ) -> None:
+    # --- the return path (notice thread) and kills off the pass ----------------------------------------
+
+    def _on_notice(self, pidns: int, at: float) -> None:
+        """A kernel notice: kill the owner's borrowers from the last pass's table and release it now."""
         with self._lock:
-            self.dead.append((action.ref.key, dead_at))
-            if signal_at is not None:
-                took_s = dead_at - signal_at
-                self.counters.observe_return(took_s)
-                self.last_return = {
-                    "pod": action.ref.key,
-                    "return_to_dead_ms": round(took_s * 1000, 2),
-                    "kill_ms": round((dead_at - signalled_at) * 1000, 2),
-                    "at": time.time(),
-                }
+            target = self._returns.get(pidns)
+            first = self._take_first(target.kill) if target is not None and target.kill is not None else frozenset()
+            if target is not None:
+                self._kills_running += 1
+        if target is None:  # not an owner the last pass armed: the pass decides
+            self.bridge.queue_notice(pidns, at)
+            return
+        outcome: KillOutcome | None = None
+        released_at: float | None = None
+        try:
+            try:
+                self._close_devices(target.real_ids)
+                if target.kill is not None:
+                    outcome = self.pod_killer.kill(target.kill, first=first)
+            finally:
+                self.bridge.queue_notice(pidns, at)  # before the release: a pass now cannot re-arm it
+                released_at = self._release(pidns, target)
+            self._record(ReturnRecord(outcome, first, at, released_at, target.owner))
+        finally:
+            self._end_kill()  # the bridge wakes the loop once this returns
+
+    def _kill_off_path(self, action: KillPods, first: frozenset[str], signal_at: float | None) -> None:
+        try:
+            self._record(ReturnRecord(self.pod_killer.kill(action, first=first), first, signal_at, None, ""))
+        finally:
+            self._end_kill()
+
+    def _close_devices(self, real_ids: Iterable[str]) -> None:
+        if self.spot_health_target is None:
+            return
+        for rid in real_ids:
+            try:
+                self.spot_health_target(rid, False)
+            except GpushareError as exc:
+                log_return_failure("cannot close the spot device", rid, exc)
+
+    def _release(self, pidns: int, target: ReturnTarget) -> float | None:
+        try:
+            self.bridge.release(pidns)
+        except KmodError as exc:  # the module answers for itself: it releases at maxBlockMs anyway
+            log_return_failure("cannot release the owner", target.owner, exc)
+            return None
+        return self._monotonic()
+
+    def _take_first(self, action: KillPods) -> frozenset[str]:
+        """Under the lock: the action's pods never killed before; remembers them and counts them."""
+        first = frozenset(t.ref.uid for t in action.pods if t.ref.uid not in self._killed)
+        for uid in sorted(first):
+            self._killed[uid] = None
+        while len(self._killed) > _MAX_KILLED:
+            self._killed.popitem(last=False)
+        if first:
+            self.counters.kills[action.reason] += len(first)
+        return first
+
+    def _end_kill(self) -> None:
+        with self._idle:
+            self._kills_running -= 1
+            self._idle.notify_all()
+
+    def _record(self, rec: ReturnRecord) -> None:
+        with self._lock:
+            rec.count(self.counters)
+            self.dead.extend(rec.dead())
+            summary = rec.summary()
+            if summary:
+                self.last_return = summary
 
     # --- status ---------------------------------------------------------------------------------------
 
@@ -186,12 +283,16 @@ class SpotRuntime:
         return "no return signal (gpukmod not loaded, metrics do not attribute GPU use to pods): nothing is lent"
 
     def status(self) -> dict[str, Any]:
-        """For ``gpushare status``: how returns are seen, the module, metrics, the last return."""
+        """For ``gpushare status``: how returns are seen, the cgroups, kills and their failures, the last return."""
         with self._lock:
             kills = dict(self.counters.kills)
+            errors = dict(self.counters.kill_errors)
+            bound_exceeded = self.counters.bound_exceeded
             last = dict(self.last_return)
         return {
             "mode": self.mode(),
+            "lending_blocked": self._blocked,
+            "cgroups": self.pod_killer.describe(),
             "kmod": self.bridge.status(),
             "metrics": None
             if self.watcher is None
@@ -201,6 +302,9 @@ class SpotRuntime:
                 "error": self.watcher.last_error,
             },
             "kills": kills,
+            "kill_errors": errors,
+            "kill_bound_exceeded": bound_exceeded,
+            "kill_bound_s": self.pod_killer.timeout_s,
             "last_return": last,
         }
 

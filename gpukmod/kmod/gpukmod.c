@@ -103,8 +103,10 @@ struct gk_entry {
 	unsigned long deadline;
 };
 
+/* The bare verbs (no ids) come first, up to GK_ADD; the others take ids. */
 enum gk_verb {
 	GK_REGISTER,
+	GK_FLUSH,
 	GK_ADD,
 	GK_DELETE,
 	GK_DETECT,
@@ -115,6 +117,7 @@ enum gk_verb {
 
 static const char *const gk_verb_names[GK_NR_VERBS] = {
 	[GK_REGISTER] = "Register",
+	[GK_FLUSH] = "Flush",
 	[GK_ADD] = "add",
 	[GK_DELETE] = "delete",
 	[GK_DETECT] = "detect",
@@ -125,7 +128,7 @@ static const char *const gk_verb_names[GK_NR_VERBS] = {
 /**
  * struct gk_cmd - a parsed netlink command
  * @verb: what to do
- * @n: how many ids follow (0 for Register)
+ * @n: how many ids follow (0 for Register and Flush)
  * @ids: pid namespace inodes, each nonzero and distinct
  */
 struct gk_cmd {
@@ -501,8 +504,8 @@ static int gk_parse_uint(const char **pos, const char *end, u64 max, u64 *out)
  * @len: its length
  * @cmd: where the result goes
  *
- * The grammar is "Register" or "<verb>(<N>):<id>[ <id>]..." with exactly N
- * ids, see docs/gpukmod.md. One trailing NUL is tolerated.
+ * The grammar is "Register", "Flush" or "<verb>(<N>):<id>[ <id>]..." with
+ * exactly N ids, see docs/gpukmod.md. One trailing NUL is tolerated.
  *
  * Returns: 0; -EMSGSIZE if too long; -E2BIG if N is over GK_MAX_IDS;
  * -ERANGE if a number overflows; -EINVAL for anything else malformed.
@@ -523,11 +526,12 @@ static int gk_parse(const char *buf, size_t len, struct gk_cmd *cmd)
 		return -EINVAL;
 	end = buf + len;
 
-	if (len == strlen(gk_verb_names[GK_REGISTER]) &&
-	    !memcmp(buf, gk_verb_names[GK_REGISTER], len)) {
-		cmd->verb = GK_REGISTER;
-		cmd->n = 0;
-		return 0;
+	for (v = GK_REGISTER; v < GK_ADD; v++) {
+		if (len == strlen(gk_verb_names[v]) && !memcmp(buf, gk_verb_names[v], len)) {
+			cmd->verb = v;
+			cmd->n = 0;
+			return 0;
+		}
 	}
 	for (v = GK_ADD; v < GK_NR_VERBS; v++) {
 		vlen = strlen(gk_verb_names[v]);
@@ -634,8 +638,30 @@ static int gk_apply_existing(const struct gk_cmd *cmd)
 	return woke;
 }
 
+/*
+ * Caller holds gk_lock. Empties the table: what a starting agent does, since
+ * the entries a crashed one left (some armed) belong to no plan any more.
+ * Sets *@removed to how many there were; returns 1 if a hold ended.
+ */
+static int gk_apply_flush(unsigned int *removed)
+{
+	int i, woke = 0;
+
+	*removed = 0;
+	for (i = 0; i < GK_TABLE_SIZE; i++) {
+		if (gk_table[i].state == GK_FREE)
+			continue;
+		woke |= gk_table[i].state == GK_HOLDING;
+		gk_set_state(&gk_table[i], GK_WATCHED);
+		gk_table[i].state = GK_FREE;
+		(*removed)++;
+	}
+	return woke;
+}
+
 static int gk_apply(const struct gk_cmd *cmd, u32 portid)
 {
+	unsigned int flushed = 0;
 	int ret;
 
 	spin_lock(&gk_lock);
@@ -643,6 +669,9 @@ static int gk_apply(const struct gk_cmd *cmd, u32 portid)
 	case GK_REGISTER:
 		gk_listener = portid;
 		ret = 0;
+		break;
+	case GK_FLUSH:
+		ret = gk_apply_flush(&flushed);
 		break;
 	case GK_ADD:
 		ret = gk_apply_add(cmd);
@@ -657,6 +686,9 @@ static int gk_apply(const struct gk_cmd *cmd, u32 portid)
 		wake_up_all(&gk_wq);
 		ret = 0;
 	}
+	if (cmd->verb == GK_FLUSH)
+		pr_info_ratelimited("portid %u flushed the table: %u entries removed\n",
+				    portid, flushed);
 	if (!ret)
 		pr_debug("%s(%u) from portid %u done\n", gk_verb_names[cmd->verb], cmd->n, portid);
 	return ret;

@@ -6,6 +6,10 @@ kernel under TCG with the host's / read-only over 9p, and run guest/guest_gpukmo
 this machine's Python and this checkout (wherever it is cloned) inside the guest. Then the
 stall benchmark runs in the same guest and its figures are printed.
 
+A third run boots the 6.12 kernel on cgroup v2 alone (``run-guest.sh --cgroup2``) and runs
+guest/guest_cgroup2.py: real runc containers with fork loops in kubepods-shaped trees of both
+kubelet cgroup drivers, killed by spot's own pod killer; the kill times are printed.
+
 Kernels come from ``make kernels`` (hack/kernel/fetch.sh, cached under $GPUSHARE_CACHE).
 """
 
@@ -29,6 +33,11 @@ REPO = Path(__file__).resolve().parents[3]
 CACHE = cache_dir() / "kernel"
 RELEASES = ["6.1.0-50-amd64", "6.12.95+deb12-amd64"]
 GUEST_TIMEOUT_S = 1100
+CGROUP2_RELEASE = "6.12.95+deb12-amd64"
+CGROUP2_TIMEOUT_S = 420
+# One kill per kubelet cgroup driver and v2 kill method (guest_cgroup2.py's parameters).
+CGROUP2_KILLS = [f"{d}-{m}" for d in ("cgroupfs", "systemd") for m in ("cgroup.kill", "cgroup.freeze")]
+RUNC = Path("/usr/sbin/runc")  # the host's; the guest reaches it over its 9p root
 
 
 def _headers(release: str) -> Path:
@@ -59,7 +68,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 cd {shlex.quote(str(REPO))} || exit 97
 uname -r
 {py} -m pytest -p no:cacheprovider -q \\
-    tests/integration/kernel/guest/guest_gpukmod.py tests/integration/kernel/guest/guest_spot.py
+    tests/integration/kernel/guest/guest_gpukmod.py tests/integration/kernel/guest/guest_spot.py \\
+    tests/integration/kernel/guest/guest_restart.py
 rc=$?
 {py} bench/kmod_stall.py --ko "$GPUKMOD_KO" --count 200 --json /run/gs-out/bench.json || rc=1
 exit $rc
@@ -67,6 +77,30 @@ exit $rc
     )
     script.chmod(0o755)
     return script
+
+
+def _boot(release: str, script: Path, out: Path, timeout_s: int, *, cgroup2: bool = False) -> str:
+    """Run ``script`` in a guest of ``release``; the console, once the guest exited 0."""
+    argv = ["bash", str(REPO / "hack/kernel/run-guest.sh"), *(["--cgroup2"] if cgroup2 else [])]
+    for _attempt in range(2):
+        proc = subprocess.run(
+            [*argv, release, str(script), str(timeout_s)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GS_GUEST_OUT": str(out)},
+            check=False,
+        )
+        console = proc.stdout + proc.stderr
+        # Only a boot that died before /init ran anything of ours is retried (TCG flake);
+        # a crash once the script runs fails the test.
+        if "GS-BOOTED" in console:
+            break
+        print(f"[{release}] guest died while booting; retrying once:\n{console[-3000:]}")
+    tail = console[-12000:]
+    assert proc.returncode == 0, f"guest run on {release} failed (rc {proc.returncode}):\n{tail}"
+    assert " passed" in console and " failed" not in console, tail
+    return console
 
 
 @pytest.mark.slow
@@ -81,28 +115,44 @@ def test_gpukmod_in_qemu(release: str) -> None:
         out = work / "out"
         out.mkdir()
         script = _guest_script(work, v1, v2, _is_ibt(release))
-        for _attempt in range(2):
-            proc = subprocess.run(
-                ["bash", str(REPO / "hack/kernel/run-guest.sh"), release, str(script), str(GUEST_TIMEOUT_S)],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                env={**os.environ, "GS_GUEST_OUT": str(out)},
-                check=False,
-            )
-            console = proc.stdout + proc.stderr
-            # Only a boot that died before /init ran anything of ours is retried (TCG flake);
-            # a crash once the module is in play fails the test.
-            if "GS-BOOTED" in console:
-                break
-            print(f"[{release}] guest died while booting; retrying once:\n{console[-3000:]}")
-        tail = console[-12000:]
-        assert proc.returncode == 0, f"guest run on {release} failed (rc {proc.returncode}):\n{tail}"
-        assert " passed" in console and " failed" not in console, tail
+        console = _boot(release, script, out, GUEST_TIMEOUT_S)
         bench = json.loads((out / "bench.json").read_text())
         print(f"\n[{release}] guest: {console.strip().splitlines()[-4:]}")
         print(f"[{release}] kmod_stall: {bench}")
         assert bench["count"] == 200
         assert bench["timeouts"] == 0, bench  # every stall tracked the release, none hit max_block_ms
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(CGROUP2_TIMEOUT_S + 60)
+def test_cgroup2_pod_kills_in_qemu() -> None:
+    """Spot's pod killer against real runc containers on a cgroup-v2-only 6.12 guest."""
+    _require(CGROUP2_RELEASE)
+    if not RUNC.is_file():
+        pytest.skip(f"{RUNC} is missing; run `hack/containerd/install.sh base` (installs runc)")
+    work = Path(tempfile.mkdtemp(prefix="gs-kq2-"))
+    try:
+        out = work / "out"
+        out.mkdir()
+        script = work / "guest.sh"
+        script.write_text(
+            f"""#!/bin/sh
+export GS_CGROUP2_OUT=/run/gs-out PYTHONDONTWRITEBYTECODE=1 HOME=/run TMPDIR=/run
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+cd {shlex.quote(str(REPO))} || exit 97
+uname -r
+exec {shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -p no:hypothesispytest -q \\
+    tests/integration/kernel/guest/guest_cgroup2.py
+"""
+        )
+        script.chmod(0o755)
+        _boot(CGROUP2_RELEASE, script, out, CGROUP2_TIMEOUT_S, cgroup2=True)
+        # Each kill wrote its figures: a missing file is a kill that never ran.
+        print(f"\n[{CGROUP2_RELEASE}, cgroup v2] pod kills by spot (runc pods with fork loops):")
+        for name in CGROUP2_KILLS:
+            figures = json.loads((out / f"cgroup2-{name}.json").read_text())
+            print(f"  {name}: {figures}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.core.actions import KillContainers, KmodCommand
+from controller.core.actions import KillPods, KmodCommand
 from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, build_snapshot
@@ -77,7 +77,7 @@ def agent_pass(rt: SpotRuntime, world: SpotWorld, *, now: float = NOW) -> SpotPl
         idle_window_s=WINDOW_S,
     )
     for action in plan.actions:
-        if isinstance(action, KillContainers):
+        if isinstance(action, KillPods):
             rt.killer(action)
         elif isinstance(action, KmodCommand):
             rt.kmod(action)

@@ -30,6 +30,7 @@ def pod(
     container_ids: dict[str, str] | None = None,
     gated: bool = False,
     camel: bool = False,
+    running: bool = False,
 ) -> dict[str, Any]:
     """One pod; ``requests`` go on the first container (as requests and limits)."""
     names = containers or ["app"]
@@ -37,8 +38,10 @@ def pod(
     for i, c in enumerate(names):
         res = {k: str(v) for k, v in (requests or {}).items()} if i == 0 else {}
         spec_containers.append({"name": c, "image": "busybox", "resources": {"requests": res, "limits": dict(res)}})
+    # ``running``: every container with an ID is reported running (status.state.running).
+    state = {"running": {k_("startedAt", "started_at", camel): "2026-12-02T15:00:00Z"}} if running else {}
     statuses = [
-        {"name": c, ("containerID" if camel else "container_id"): f"containerd://{cid}"}
+        {"name": c, ("containerID" if camel else "container_id"): f"containerd://{cid}", "state": state}
         for c, cid in (container_ids or {}).items()
     ]
 
@@ -62,6 +65,10 @@ def pod(
         },
         "status": {"phase": phase, k("containerStatuses", "container_statuses"): statuses or None},
     }
+
+
+def k_(camel_name: str, snake: str, camel: bool) -> str:
+    return camel_name if camel else snake
 
 
 def sharer(name: str, spec: int = 4, *, kind: str = keys.KIND_SHARE, qty: int = 1, **kw: Any) -> dict[str, Any]:

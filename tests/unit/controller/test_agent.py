@@ -27,6 +27,7 @@ stateDir: {tmp_path}/state
 metrics: {{listen: "127.0.0.1:0"}}
 kubelet: {{devicePluginDir: {tmp_path}/dp/, podResourcesSocket: {tmp_path}/pr.sock}}
 nri: {{socket: {tmp_path}/nri.sock}}
+spot: {{cgroupRoot: {tmp_path}/no-cgroups}}
 """
     )
     agent = Agent(
@@ -44,6 +45,16 @@ nri: {{socket: {tmp_path}/nri.sock}}
         assert "gpushare_spot_kmod_available 0.0" in lines and "gpushare_spot_return_seconds_count 0.0" in lines
         status = agent.status()
         assert status["source"] == "agent" and status["passes"] == 0 and "spot_runtime" in status
+        # No pod cgroups where the config points: spot says it lends nothing, and why.
+        assert agent.spot_runtime is not None and agent.spot_runtime.blocked()
+        why = agent.status()["spot_runtime"]["lending_blocked"]
+        assert f"{tmp_path}/no-cgroups" in why
+        assert any(
+            line.startswith("gpushare_spot_lending_blocked{") and line.endswith("} 1.0")
+            for line in agent.metrics.render().decode().splitlines()
+        )
+        # A kernel notice closes the owner's spot devices itself, through the plugins.
+        assert agent.spot_runtime.spot_health_target == agent.plugins.set_spot_health
     finally:
         agent.endpoint.close()
         agent.podresources.close()

@@ -13,9 +13,11 @@ from controller.core.actions import (
     CreateShadow,
     DeleteShadow,
     Evict,
-    KillContainers,
+    KillPods,
     KmodCommand,
+    PodToKill,
     RecordEvent,
+    RecordNodeEvent,
     SetDevices,
     SetSpotHealth,
 )
@@ -52,6 +54,9 @@ class Peers:
     def record_event(self, ref: PodRef, reason: str, message: str, *, type_: str = "Normal") -> None:
         self.calls.append(("event", ref.key, reason, type_))
 
+    def record_node_event(self, node: str, reason: str, message: str, *, type_: str = "Normal") -> None:
+        self.calls.append(("node-event", node, reason, type_))
+
     def set_devices(self, resource: str, devices: Any) -> None:
         self.calls.append(("devices", resource, tuple(d.id for d in devices)))
 
@@ -67,7 +72,9 @@ class Peers:
 
 
 def applier(peers: Peers, *, leader: bool = True, spot: SpotHooks | None = None, store: Any = None) -> Applier:
-    return Applier(client=peers, plugins=peers, spot=spot, is_leader=lambda: leader, store=lambda: store)
+    return Applier(
+        client=peers, plugins=peers, spot=spot, is_leader=lambda: leader, store=lambda: store, node_name="n1"
+    )
 
 
 def test_a_device_list_or_health_already_pushed_is_not_pushed_again() -> None:
@@ -148,7 +155,7 @@ def test_the_eviction_log_keeps_the_latest() -> None:
 
 
 def test_kills_and_kmod_commands_go_to_spot_and_are_dropped_without_it(caplog: pytest.LogCaptureFixture) -> None:
-    kill = KillContainers(PodRef("spot", "job", "u"), ("c1",), "OwnerBack")
+    kill = KillPods((PodToKill(PodRef("spot", "job", "u"), 1),), "OwnerBack")
     release = KmodCommand("release", 4242)
     done: list[Any] = []
     spot = SpotHooks(
@@ -180,3 +187,13 @@ def test_a_failing_action_is_logged_and_the_next_one_still_applies(caplog: pytes
         a.apply(RecordEvent(WEB, "R", "m"), now=1.0)
     assert "action failed; retried next pass" in caplog.text
     assert peers.calls == [("event", "default/web", "R", "Normal")]
+
+
+def test_a_node_event_is_written_on_the_agents_node_once_per_repeat_interval() -> None:
+    peers = Peers()
+    a = applier(peers)
+    event = RecordNodeEvent("SpotLendingBlocked", "gpushare: spot lends no GPU on this node: no kubepods cgroup")
+    a.apply(event, now=1.0)
+    a.apply(event, now=2.0)
+    a.apply(event, now=1.0 + EVENT_REPEAT_S)
+    assert peers.calls == [("node-event", "n1", "SpotLendingBlocked", "Warning")] * 2

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
+from controller.core.detectors import IdleVerdict
 from controller.core.pod_facts import PodRef
-from controller.core.spot_solver import KmodView
+from controller.core.spot_solver import KmodView, ReturnTarget
 from controller.errors import ApiUnavailable
 from controller.io.kube_client import WatchEvent
 from controller.loop import ReconcileLoop
@@ -48,6 +51,9 @@ class FakeClient:
 
     def record_event(self, ref: PodRef, reason: str, message: str, **_: Any) -> None:
         self.calls.append(("event", ref.key, reason))
+
+    def record_node_event(self, node: str, reason: str, message: str, **_: Any) -> None:
+        self.calls.append(("node-event", node, reason))
 
     def namespaces_with_label(self, _sel: str) -> list[str]:
         return []
@@ -228,3 +234,94 @@ def test_spot_is_asked_once_per_pass_in_order_with_the_pass_clock() -> None:
     loop._podres = FakePodResources([], fail=True)
     loop.tick()
     assert asked == [("verdicts", 1000.0), "notices", "kmod_view"]
+
+
+def _lendable_owner() -> dict[str, Any]:
+    owner = pod(
+        "owner",
+        ns="team",
+        node="n1",
+        phase="Running",
+        limits={"example.com/gpu": "1"},
+        labels={"gpushare.k8s.io/lendable": "true"},
+    )
+    owner["status"]["containerStatuses"] = [
+        {"name": "main", "containerID": "containerd://c-owner", "state": {"running": {}}}
+    ]
+    return owner
+
+
+def _spot(order: list[Any], *, idle_since: float, blocked: str = "") -> SpotHooks:
+    return SpotHooks(
+        verdicts=lambda now: {"g0": IdleVerdict("g0", "idle", idle_since)},
+        notices=lambda: [],
+        kmod_view=lambda: KmodView(True),
+        kmod=lambda cmd: order.append(("kmod", cmd.op)),
+        killer=order.append,
+        pidns_of=lambda cid: 77 if cid == "c-owner" else None,
+        arm=lambda table: order.append(("arm", dict(table))),
+        blocked=lambda: blocked,
+    )
+
+
+ROWS = [("team", "owner", "main", "example.com/gpu", ["g0"])]
+
+
+def test_spot_gets_the_return_table_before_any_action_of_the_pass() -> None:
+    order: list[Any] = []
+    loop, _, _ = make_loop([_lendable_owner()], ROWS, spot=_spot(order, idle_since=0.0))
+    loop.tick()
+    assert order[0] == ("arm", {77: ReturnTarget(77, "team/owner/main", ("g0",), None)})
+    assert order[1:] == [("kmod", "add"), ("kmod", "detect")]  # the owner is away: watched, then lent
+    assert loop.last_report().spot[0].state == "away"
+
+
+def test_a_node_without_pod_cgroups_lends_nothing_and_says_so_on_the_node() -> None:
+    order: list[Any] = []
+    why = "no kubepods cgroup under /empty (cgroup v2)"
+    loop, client, _ = make_loop([_lendable_owner()], ROWS, spot=_spot(order, idle_since=0.0, blocked=why))
+    report = loop.tick()
+    assert order[0] == ("arm", {}) and ("kmod", "detect") not in order
+    assert report.spot[0].state == "busy" and why in report.spot[0].reason
+    assert ("node-event", "n1", "SpotLendingBlocked") in client.calls
+
+
+def test_the_loop_waits_for_an_idle_window_to_end_not_for_the_period() -> None:
+    loop, _, _ = make_loop([_lendable_owner()], ROWS, spot=_spot([], idle_since=1000.0 - 600.0 + 30.0))
+    loop.period_s = 300.0
+    assert loop.wait_s() == 300.0
+    assert loop.tick().spot[0].state == "busy"
+    assert loop.wait_s() == 30.0  # the clock stands at 1000: the window ends at 1030
+    loop._podres = FakePodResources([], fail=True)
+    loop.tick()
+    assert loop.wait_s() == 300.0  # a pass that planned nothing leaves no deadline behind
+
+
+def test_events_during_a_pass_ask_for_exactly_one_more_and_nothing_sleeps_in_between() -> None:
+    loop, _, _ = make_loop([])
+    loop.period_s = 60.0
+    passes: list[float] = []
+
+    def tick() -> Any:
+        passes.append(time.monotonic())
+        if len(passes) == 1:
+            for _ in range(3):  # a burst of watch events while the pass runs
+                loop.wake()
+        return loop.last_report()
+
+    loop.tick = tick  # type: ignore[method-assign]
+    loop._wake.clear()  # the first LIST already asked for a pass
+    stop = threading.Event()
+    thread = threading.Thread(target=loop._run_passes, args=(stop,))
+    thread.start()
+    try:
+        loop.wake()
+        deadline = time.monotonic() + 5.0
+        while len(passes) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.3)
+        assert len(passes) == 2  # the burst cost one pass; then the loop waits for the next event
+    finally:
+        stop.set()
+        loop.wake()
+        thread.join(5)

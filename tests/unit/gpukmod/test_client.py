@@ -150,3 +150,30 @@ def test_callback_thread_is_named_and_joined_on_close(kernel: FakeKernel) -> Non
     c.close()
     assert seen == [1, 2]
     assert not any(t.name == "gpushare-kmod-notices" for t in threading.enumerate())
+
+
+def test_an_agent_client_empties_the_table_before_anything_else(kernel: FakeKernel) -> None:
+    with KmodClient.open_flushed() as c:
+        assert kernel.sent == [b"Flush"]  # before Register: no stale armed entry can hold anyone for us
+        c.register()
+        c.flush()
+    assert kernel.sent == [b"Flush", b"Register", b"Flush"] and kernel.closed
+
+
+def test_a_module_without_flush_is_still_used_and_says_what_to_do(
+    kernel: FakeKernel, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernel.errors["Flush"] = errno.EINVAL  # what a 0.1 module answers to a verb it does not know
+    with KmodClient.open_flushed() as c:
+        c.register()
+    assert kernel.sent == [b"Flush", b"Register"]
+    assert "cannot flush its table" in caplog.text and "gpushare kmod install" in caplog.text
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.ETIMEDOUT])
+def test_a_flush_that_fails_otherwise_closes_the_socket_and_raises(kernel: FakeKernel, code: int) -> None:
+    kernel.errors["Flush"] = code
+    with pytest.raises(KmodError) as exc:
+        KmodClient.open_flushed()
+    assert exc.value.errno == code and exc.value.op == "Flush"
+    assert kernel.closed  # no socket left behind holding a module reference

@@ -12,6 +12,7 @@ from gpukmod.protocol import Command, CommandRejected, Verb
 
 GOOD = [
     (Command(Verb.REGISTER), b"Register"),
+    (Command(Verb.FLUSH), b"Flush"),
     (Command(Verb.ADD, (4026532001,)), b"add(1):4026532001"),
     (Command(Verb.DELETE, (1, 2, 3)), b"delete(3):1 2 3"),
     (Command(Verb.DETECT, (p.MAX_ID,)), b"detect(1):4294967295"),
@@ -33,6 +34,10 @@ BAD = [
     (b"\0\0", errno.EINVAL),
     (b"register", errno.EINVAL),
     (b"Register ", errno.EINVAL),
+    (b"flush", errno.EINVAL),
+    (b"Flush ", errno.EINVAL),
+    (b"Flush(1):5", errno.EINVAL),  # a bare verb takes no ids, in any spelling
+    (b"FlushRegister", errno.EINVAL),
     (b"add(1):5\0", 0),
     (b"add", errno.EINVAL),
     (b"add(1)", errno.EINVAL),
@@ -72,6 +77,7 @@ def test_parse_rejects_like_the_kernel(wire: bytes, code: int) -> None:
     ("command", "code"),
     [
         (Command(Verb.REGISTER, (1,)), errno.EINVAL),
+        (Command(Verb.FLUSH, (1,)), errno.EINVAL),
         (Command(Verb.ADD, ()), errno.EINVAL),
         (Command(Verb.ADD, (0,)), errno.EINVAL),
         (Command(Verb.ADD, (2**32,)), errno.ERANGE),

@@ -14,8 +14,8 @@ from gpukmod.protocol import Command, CommandRejected, Verb
 
 ids = st.lists(st.integers(1, p.MAX_ID), min_size=1, max_size=p.MAX_IDS, unique=True).map(tuple)
 commands = st.one_of(
-    st.just(Command(Verb.REGISTER)),
-    st.builds(Command, st.sampled_from([v for v in Verb if v is not Verb.REGISTER]), ids),
+    st.sampled_from([Command(v) for v in sorted(p.BARE_VERBS, key=lambda v: v.value)]),
+    st.builds(Command, st.sampled_from([v for v in Verb if v not in p.BARE_VERBS]), ids),
 )
 
 

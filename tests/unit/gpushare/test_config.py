@@ -79,3 +79,13 @@ def test_durations(text: object, seconds: float) -> None:
 def test_effective_config_round_trips_names() -> None:
     doc = effective_config(Config())
     assert doc["shadowIdleTimeout"] == 600 and doc["nri"]["pluginIndex"] == "10"
+
+
+def test_spot_cgroup_root_defaults_to_the_host_mount_and_must_be_absolute() -> None:
+    assert load_config().spot.cgroup_root == "/sys/fs/cgroup"
+    assert load_config(text="spot:\n  cgroupRoot: /host/sys/fs/cgroup\n").spot.cgroup_root == "/host/sys/fs/cgroup"
+    with pytest.raises(ConfigError) as err:
+        load_config(text="spot:\n  cgroupRoot: sys/fs/cgroup\n")
+    assert err.value.problems == [
+        "spot.cgroupRoot: must be an absolute path, e.g. /sys/fs/cgroup (got 'sys/fs/cgroup')"
+    ]

@@ -14,8 +14,7 @@ import pytest
 
 from controller.core.actions import KmodCommand
 from controller.core.spot_solver import SpotState
-from controller.spot.cgroups import CgroupIndex
-from controller.spot.killer import CgroupKiller
+from controller.spot.killer import PodKiller
 from controller.spot.kmod_bridge import KmodBridge
 from controller.spot.runtime import SpotRuntime
 from tests.integration.kernel.guest.common import Worker, in_guest, module_loaded
@@ -30,9 +29,7 @@ def test_watched_owner_ioctl_gives_one_return_released_by_the_agent() -> None:
     with module_loaded(MAX_BLOCK_MS):
         owner = Worker.start()
         woken: list[float] = []
-        rt = SpotRuntime(
-            None, KmodBridge(wake=lambda: woken.append(time.monotonic())), CgroupKiller(index=CgroupIndex())
-        )
+        rt = SpotRuntime(None, KmodBridge(wake=lambda: woken.append(time.monotonic())), PodKiller())
         try:
             assert rt.bridge.start(), rt.bridge.reason
             assert rt.mode() == "kernel module + utilization"

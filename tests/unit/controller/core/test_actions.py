@@ -11,9 +11,11 @@ from controller.core.actions import (
     CreateShadow,
     DeleteShadow,
     Evict,
-    KillContainers,
+    KillPods,
     KmodCommand,
+    PodToKill,
     RecordEvent,
+    RecordNodeEvent,
     SetDevices,
     SetSpotHealth,
     describe,
@@ -34,7 +36,10 @@ KEY = ShareKey(Pool("nvidia.com/gpu"), "share", 4)
         ),
         (DeleteShadow(REF), "decision=delete-shadow shadow=ns/p reason=ShadowIdle"),
         (Evict(REF, REASON_OWNER_BACK, "why"), "decision=evict pod=ns/p reason=OwnerBack"),
-        (KillContainers(REF, ("a", "b"), REASON_OWNER_BACK), "decision=kill pod=ns/p containers=2 reason=OwnerBack"),
+        (
+            KillPods((PodToKill(REF, 2), PodToKill(PodRef("ns", "q", "v"), 0)), REASON_OWNER_BACK),
+            "decision=kill pods=ns/p,ns/q reason=OwnerBack",
+        ),
         (
             SetDevices("gpushare/share-gpu-2", ("x-0", "x-1")),
             "decision=set-devices resource=gpushare/share-gpu-2 devices=2",
@@ -43,6 +48,7 @@ KEY = ShareKey(Pool("nvidia.com/gpu"), "share", 4)
         (KmodCommand("release", 7), "decision=kmod-release pidns=7"),
         (AnnotatePod(REF, "k", None), "decision=annotate pod=ns/p key=k"),
         (RecordEvent(REF, "R", "m", "Warning"), "decision=event pod=ns/p reason=R"),
+        (RecordNodeEvent("SpotLendingBlocked", "m"), "decision=node-event reason=SpotLendingBlocked"),
     ],
 )
 def test_one_log_line_per_decision(action: Action, line: str) -> None:

@@ -8,15 +8,18 @@ from controller.core.actions import (
     REASON_NOT_LENDABLE,
     REASON_OWNER_BACK,
     REASON_OWNER_LEFT,
+    REASON_SPOT_BLOCKED,
     Evict,
-    KillContainers,
+    KillPods,
     KmodCommand,
+    PodToKill,
+    RecordNodeEvent,
     SetSpotHealth,
 )
 from controller.core.detectors import IdleState, IdleStatus, IdleVerdict, verdict_from_status
 from controller.core.mapping import MappingCache
 from controller.core.pod_facts import PodRef
-from controller.core.spot_solver import KmodView, SpotPlan, SpotState, plan_spot
+from controller.core.spot_solver import KmodView, ReturnTarget, SpotPlan, SpotState, plan_spot
 from controller.metrics.adapters.model import Workload
 from gpushare import keys
 from tests.unit.controller.podmaker import NODE, pod, row, snap
@@ -49,6 +52,7 @@ def world(
     borrower: bool = False,
     borrower_deleting: bool = False,
     owner_unresolved: bool = False,
+    borrower_running: bool = True,
 ) -> tuple[Any, MappingCache]:
     pods: list[dict[str, Any]] = []
     rows = []
@@ -74,6 +78,7 @@ def world(
                 container_ids=ids,
                 containers=["app", "side"],
                 deleting=borrower_deleting,
+                running=borrower_running,
             )
         )
         rows.append(row("spot/job", "app", keys.RESOURCE_SPOT_GPU, "spot-GPU-0"))
@@ -94,6 +99,7 @@ def run(
     kmod: KmodView = KMOD,
     back_at: dict[str, float] | None = None,
     now: float = NOW,
+    blocked: str = "",
 ) -> SpotPlan:
     s, m = w
     return plan_spot(
@@ -106,6 +112,7 @@ def run(
         back_at=back_at or {},
         now=now,
         idle_window_s=WINDOW,
+        lending_blocked=blocked,
     )
 
 
@@ -214,7 +221,7 @@ def test_back_by_kernel_notice_runs_the_return_sequence_in_order() -> None:
     assert state(plan) == SpotState.BACK
     assert list(plan.actions[:5]) == [
         SetSpotHealth("GPU-0", False, REASON_OWNER_BACK),
-        KillContainers(JOB, ("c-job", "c-side"), REASON_OWNER_BACK),
+        KillPods((PodToKill(JOB, 2),), REASON_OWNER_BACK),
         Evict(JOB, REASON_OWNER_BACK, plan.actions[2].message),  # type: ignore[union-attr]
         KmodCommand("release", PIDNS),
         KmodCommand("undetect", PIDNS),
@@ -265,9 +272,7 @@ def test_a_spot_pod_is_not_admitted_while_the_owner_is_busy() -> None:
 
 def test_terminating_borrower_is_killed_but_not_deleted_twice() -> None:
     plan = run(world(borrower=True, borrower_deleting=True), idle(), notices=(PIDNS,), kmod=LENT)
-    assert [a for a in plan.actions if isinstance(a, KillContainers)] == [
-        KillContainers(JOB, ("c-job", "c-side"), REASON_OWNER_BACK)
-    ]
+    assert [a for a in plan.actions if isinstance(a, KillPods)] == [KillPods((PodToKill(JOB, 2),), REASON_OWNER_BACK)]
     assert evictions(plan) == []
 
 
@@ -297,7 +302,7 @@ def test_restart_while_lent_continues_lending_without_false_eviction() -> None:
     # Fresh process: the kernel module view is empty and the idle tracker has no samples yet.
     plan = run(world(borrower=True), kmod=KMOD)
     assert state(plan) == SpotState.STOLEN and evictions(plan) == []
-    assert [a for a in plan.actions if isinstance(a, KillContainers)] == []
+    assert [a for a in plan.actions if isinstance(a, KillPods)] == []
     assert kmod_ops(plan) == [("add", PIDNS), ("detect", PIDNS)]  # the watch is restored
     assert health(plan)["spot-GPU-0"] is False  # fail closed while metrics are unknown
     # Same without the kernel module: still no eviction.
@@ -331,3 +336,44 @@ def test_an_owner_busy_again_without_a_notice_is_released_before_it_is_unwatched
     plan = run(world(), active(), kmod=LENT)
     assert state(plan) == SpotState.BUSY
     assert kmod_ops(plan) == [("release", PIDNS), ("undetect", PIDNS)]
+
+
+# --- the return table, lending blocked, the next deadline -------------------------------------------------------
+
+
+def test_the_return_table_names_each_watched_owners_borrowers() -> None:
+    # Away: armed, nothing to kill (a notice releases the owner at once).
+    assert run(world(), idle(), kmod=LENT).returns == {PIDNS: ReturnTarget(PIDNS, "team/owner/app", ("GPU-0",), None)}
+    # Stolen: a notice kills the borrower pod (both containers running) before the owner runs.
+    plan = run(world(borrower=True), active(), kmod=LENT)
+    assert plan.returns == {
+        PIDNS: ReturnTarget(PIDNS, "team/owner/app", ("GPU-0",), KillPods((PodToKill(JOB, 2),), REASON_OWNER_BACK))
+    }
+    # Not watched (busy, no module, or back in this pass): no entry, the pass decides.
+    assert run(world(), active(), kmod=LENT).returns == {}
+    assert run(world(borrower=True), active(users=frozenset({"team/owner"})), kmod=NO_KMOD).returns == {}
+    assert run(world(borrower=True), idle(), notices=(PIDNS,), kmod=LENT).returns == {}
+
+
+def test_a_borrower_not_running_yet_is_killed_but_counts_no_running_container() -> None:
+    plan = run(world(borrower=True, borrower_running=False), idle(), notices=(PIDNS,), kmod=LENT)
+    assert [a for a in plan.actions if isinstance(a, KillPods)] == [KillPods((PodToKill(JOB, 0),), REASON_OWNER_BACK)]
+
+
+def test_lending_blocked_lends_nothing_and_says_so_on_the_node() -> None:
+    why = "no kubepods cgroup under /x (cgroup v2)"
+    plan = run(world(), idle(), kmod=LENT, blocked=why)
+    assert state(plan) == SpotState.BUSY and health(plan) == {"spot-GPU-0": False, "spot-GPU-1": False}
+    assert why in plan.gpus[0].reason and ("detect", PIDNS) not in kmod_ops(plan)
+    assert plan.actions[-1] == RecordNodeEvent(REASON_SPOT_BLOCKED, f"gpushare: spot lends no GPU on this node: {why}")
+    # A borrower admitted before keeps running (no false eviction) but no new one is admitted.
+    plan = run(world(borrower=True), active(), kmod=LENT, blocked=why)
+    assert state(plan) == SpotState.STOLEN and health(plan)["spot-GPU-0"] is False and evictions(plan) == []
+    assert not any(isinstance(a, RecordNodeEvent) for a in run(world(), idle(), kmod=LENT).actions)
+
+
+def test_the_next_pass_is_due_when_an_idle_owners_window_ends() -> None:
+    assert run(world(), idle(NOW - WINDOW + 30)).next_change_at == NOW + 30
+    assert run(world(), idle(NOW - 5000), back_at={"GPU-0": NOW - 100}).next_change_at == NOW - 100 + WINDOW
+    assert run(world(), idle()).next_change_at is None  # away already
+    assert run(world(), active()).next_change_at is None  # nothing is counting

@@ -1,13 +1,17 @@
-"""Stand-ins shared by the spot unit tests: a recording gpukmod client and a watcher on a fake exporter file."""
+"""Stand-ins shared by the spot unit tests: a recording gpukmod client, a watcher on a fake exporter
+file, and the host's cgroups as recording functions (``FakeHost``)."""
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.core.detectors import IdleDetector
 from controller.metrics.scrape import Scraper
+from controller.spot.cgroups import CgroupDriver, CgroupLayout, CgroupVersion, PodCgroup
+from controller.spot.signals import PodKillReport
 from controller.spot.utilization import UtilizationWatcher
 from gpukmod import KmodError
 
@@ -68,3 +72,51 @@ def watcher_on(path: Path, *, window_s: float = 10.0) -> tuple[UtilizationWatche
         clock=lambda: wall[0],
     )
     return watcher, wakes, wall
+
+
+LAYOUT = CgroupLayout(CgroupVersion.V2, CgroupDriver.CGROUPFS, Path("/sys/fs/cgroup"))
+
+
+def kill_report(
+    signalled: int, took_s: float = 0.004, remaining: tuple[int, ...] = (), errors: tuple[str, ...] = ()
+) -> PodKillReport:
+    """What ``kill_pods`` answers: ``signalled`` tasks found and signalled, ``remaining`` alive at the bound."""
+    return PodKillReport(
+        signalled=signalled,
+        took_s=took_s,
+        remaining=remaining,
+        used_cgroup_kill=True,
+        tasks_at_start=signalled,
+        unconfirmed=("uid-a",) if remaining or errors else (),
+        errors=errors,
+    )
+
+
+@dataclass
+class FakeHost:
+    """detect/find/kill as PodKiller calls them; ``pods`` are the uids that have a pod cgroup."""
+
+    layout: CgroupLayout | str = LAYOUT
+    pods: set[str] = field(default_factory=lambda: {"uid-a", "uid-b"})
+    report: PodKillReport = field(default_factory=lambda: kill_report(5))
+    fail: Exception | None = None
+    on_kill: Callable[[], None] | None = None  # runs inside kill (order checks, a slow kill)
+    detected: int = 0
+    found: list[str] = field(default_factory=list)
+    killed: list[tuple[str, ...]] = field(default_factory=list)
+
+    def detect(self, _root: Path) -> CgroupLayout | str:
+        self.detected += 1
+        return self.layout
+
+    def find(self, uid: str, layout: CgroupLayout) -> PodCgroup | None:
+        self.found.append(uid)
+        return PodCgroup(uid, layout, (layout.root / f"pod{uid}",)) if uid in self.pods else None
+
+    def kill(self, pods: Sequence[PodCgroup], *, timeout_s: float) -> PodKillReport:
+        self.killed.append(tuple(p.pod_uid for p in pods))
+        if self.on_kill is not None:
+            self.on_kill()
+        if self.fail is not None:
+            raise self.fail
+        return self.report

@@ -70,3 +70,28 @@ def test_bridge_drops_a_vanished_module() -> None:
     with pytest.raises(KmodError):
         bridge.apply(KmodCommand("detect", 9))
     assert not bridge.available and client.closed and "unusable" in bridge.reason
+
+
+def test_a_notice_goes_to_the_return_path_first_and_release_keeps_the_view_armed() -> None:
+    client = RecordingClient()
+    wakes: list[int] = []
+    bridge = KmodBridge(client_factory=lambda unit: client, wake=lambda: wakes.append(1), clock=lambda: 5.0)
+    bridge.start()
+    bridge.apply(KmodCommand("detect", 3))
+    seen: list[tuple[int, float]] = []
+    bridge.on_notice = lambda pidns, at: seen.append((pidns, at))
+    assert client.callback is not None
+    client.callback(3)
+    # The return path decides when the notice is queued; the loop is woken once it is done.
+    assert seen == [(3, 5.0)] and bridge.drain() == [] and wakes == [1]
+    bridge.queue_notice(3, 5.0)
+    bridge.release(3)
+    assert client.calls[-1] == ("release", 3)
+    # Still armed in the view: the pass that drains the notice undetects it; meanwhile none re-arms it.
+    assert bridge.view().detecting == {3} and bridge.drain() == [(3, 5.0)]
+    client.fail["release"] = errno.ENOENT  # already gone from the table (module reloaded): done
+    bridge.release(3)
+    client.fail["release"] = errno.EIO
+    with pytest.raises(KmodError):
+        bridge.release(3)
+    bridge.close()
