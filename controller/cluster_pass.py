@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from controller.core.actions import Action, DeleteShadow
 from controller.core.cluster_view import merge_pods, plan_waiting_events, unschedulable_shadows
-from controller.core.model import Snapshot, build_snapshot
+from controller.core.model import Snapshot, SnapshotMemo, build_snapshot
 from controller.core.share_solver import KeyDemand, ShadowPlan, plan_shadows
 from gpushare import keys
 from gpushare.config import Config
@@ -52,12 +52,17 @@ def plan_cluster(
     cached: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
     timers: Mapping[str, float],
     now: float,
+    *,
+    memo: SnapshotMemo | None = None,
 ) -> ClusterPass:
-    """``cached``: the node's, the pending and the shadow caches' pods; ``timers``: shadow empty-since."""
+    """``cached``: the node's, the pending and the shadow caches' pods; ``timers``: shadow empty-since.
+
+    ``memo``: kept by the caller from pass to pass, so only pods that changed are read again.
+    """
     node_pods, pending_pods, shadow_pods = cached
     raw = merge_pods(node_pods, pending_pods, shadow_pods)
     unschedulable = unschedulable_shadows(shadow_pods)
-    cluster = build_snapshot(raw, cfg)
+    cluster = build_snapshot(raw, cfg, memo=memo)
     plan = plan_shadows(cluster, cfg, now, timers)
     if any(isinstance(a, DeleteShadow) for a in plan.actions):
         plan = confirm_deletions(cfg, client, plan, cluster=cluster, cached=raw, now=now, timers=timers)

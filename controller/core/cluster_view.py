@@ -68,22 +68,23 @@ def plan_waiting_events(snapshot: Snapshot, unschedulable: Mapping[str, str]) ->
         msg = unschedulable.get(s.ref.key, "")
         if msg and s.facts.is_alive:
             stuck.setdefault(s.key, []).append((s.ref.key, msg))
-    out: list[RecordEvent] = []
-    for sharer in snapshot.sharers:
-        if not sharer.is_pending or sharer.key not in stuck:
-            continue
-        names = ", ".join(n for n, _ in sorted(stuck[sharer.key]))
-        why = sorted(stuck[sharer.key])[0][1]
-        out.append(
-            RecordEvent(
-                sharer.ref,
-                REASON_SHADOW_UNSCHEDULABLE,
-                f"gpushare: no free slot of {sharer.key.resource}; the shadow pod {names} that would hold a "
-                f"{sharer.key.pool.resource} GPU for it cannot be scheduled: {why}",
-                "Warning",
-            )
-        )
-    return out
+    # One message per key: every sharer waiting on it gets the same text.
+    messages = {key: _waiting_message(key, sorted(shadows)) for key, shadows in stuck.items()}
+    return [
+        RecordEvent(sharer.ref, REASON_SHADOW_UNSCHEDULABLE, messages[sharer.key], "Warning")
+        for sharer in snapshot.sharers
+        if sharer.is_pending and sharer.key in messages
+    ]
+
+
+def _waiting_message(key: ShareKey, shadows: list[tuple[str, str]]) -> str:
+    """``shadows``: (ns/name, the scheduler's message) of each stuck shadow of ``key``, sorted."""
+    names = ", ".join(n for n, _ in shadows)
+    why = shadows[0][1]
+    return (
+        f"gpushare: no free slot of {key.resource}; the shadow pod {names} that would hold a "
+        f"{key.pool.resource} GPU for it cannot be scheduled: {why}"
+    )
 
 
 __all__ = [

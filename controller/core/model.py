@@ -6,7 +6,7 @@ Built on ``controller.core.pod_facts`` (what every pod has):
     ShadowPod / SharePod / SpotPod              the design's roles (design §3, §6)
     Owner                                       a container holding a real GPU (design §6)
     PodResourcesEntry                           one kubelet PodResources row (k8s.io/kubelet pkg/apis/podresources/v1)
-    users / owner annotation codecs             the mapping records on shadows and sharers (design §3)
+    users / owner annotation codecs             the mapping records (``controller.core.records``, re-exported)
     Snapshot / build_snapshot                   everything one reconcile pass decides from
 
 A pod that cannot be read is not an error of the whole pass: ``build_snapshot`` skips it
@@ -16,18 +16,24 @@ Pure module: stdlib and ``gpushare`` only (docs/architecture.md).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.core.pod_facts import PHASE_RUNNING, PodFacts, PodKey, PodRef, is_vendor_resource, parse_pod
+from controller.core.pod_memo import PodMemo
+from controller.core.records import (
+    encode_owner_annotation,
+    encode_users_annotation,
+    parse_owner_annotation,
+    parse_users_annotation,
+)
 from controller.errors import InvalidObject
 from gpushare import keys
 from gpushare.config import Config
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Pool:
     """Where a shadow's GPU comes from: a real resource, refined by a node-selector label set.
 
@@ -46,7 +52,7 @@ class Pool:
         return self.resource + "{" + ",".join(f"{k}={v}" for k, v in self.node_selector) + "}"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class ShareKey:
     """The unit of shadow demand: pool x kind x N (design §3)."""
 
@@ -60,6 +66,23 @@ class ShareKey:
 
     def __str__(self) -> str:
         return f"{self.pool}/{self.resource}"
+
+
+# One ShareKey per pool x kind x N in a snapshot: the leader's pass groups thousands of pods by
+# key, and a dict finds an identical key without comparing fields.
+ShareKeys = dict[tuple[str, tuple[tuple[str, str], ...], str, int], ShareKey]
+
+
+def _share_key(
+    resource: str, selector: tuple[tuple[str, str], ...], kind: str, spec: int, known: ShareKeys | None
+) -> ShareKey:
+    if known is None:
+        return ShareKey(Pool(resource, selector), kind, spec)
+    fields = (resource, selector, kind, spec)
+    key = known.get(fields)
+    if key is None:
+        key = known[fields] = ShareKey(Pool(resource, selector), kind, spec)
+    return key
 
 
 def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
@@ -81,7 +104,7 @@ def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
     return kind, spec, qty
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _PodRole:
     """A pod in one of the design's roles; the facts stay reachable."""
 
@@ -96,7 +119,7 @@ class _PodRole:
         return self.facts.node_name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ShadowPod(_PodRole):
     """A platform pod holding one real GPU for up to N sharers (design §3)."""
 
@@ -113,25 +136,29 @@ class ShadowPod(_PodRole):
         return len({vid for ids in self.users.values() for vid in ids})
 
     @classmethod
-    def from_facts(cls, facts: PodFacts) -> ShadowPod:
-        where = f"gpushare: shadow {facts.ref}"
+    def from_facts(cls, facts: PodFacts, share_keys: ShareKeys | None = None) -> ShadowPod:
+        """``share_keys``: the keys met so far in this snapshot, so equal keys are one object."""
         kind = facts.labels.get(keys.LABEL_SHARE_KIND, "")
         spec_text = facts.labels.get(keys.LABEL_SHARE_SPEC, "")
-        if kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV) or not spec_text.isdigit() or int(spec_text) < 1:
+        # isdecimal, not isdigit: int() refuses digits such as "²".
+        if kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV) or not spec_text.isdecimal() or int(spec_text) < 1:
             raise InvalidObject(
-                f"{where} has share-kind {kind!r} and share-spec {spec_text!r}; both labels are required (design §3)"
+                f"gpushare: shadow {facts.ref} has share-kind {kind!r} and share-spec {spec_text!r}; "
+                "both labels are required (design §3)"
             )
-        real = sorted(r for r in facts.resources() if is_vendor_resource(r))
+        real = sorted({r for c in facts.containers for r, _ in c.resources if is_vendor_resource(r)})
         if len(real) != 1:
-            raise InvalidObject(f"{where} requests real resources {real}; a shadow requests exactly one real GPU")
+            raise InvalidObject(
+                f"gpushare: shadow {facts.ref} requests real resources {real}; a shadow requests exactly one real GPU"
+            )
         return cls(
             facts=facts,
-            key=ShareKey(Pool(real[0], facts.node_selector), kind, int(spec_text)),
+            key=_share_key(real[0], facts.node_selector, kind, int(spec_text), share_keys),
             users=parse_users_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_USERS)),
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SharePod(_PodRole):
     """A tenant pod asking for ``gpushare/share-*`` slots."""
 
@@ -150,7 +177,10 @@ class SharePod(_PodRole):
         return bool(self.facts.node_name) and not self.facts.is_terminal
 
     @classmethod
-    def from_facts(cls, facts: PodFacts, default_pool_resource: str) -> SharePod | None:
+    def from_facts(
+        cls, facts: PodFacts, default_pool_resource: str, share_keys: ShareKeys | None = None
+    ) -> SharePod | None:
+        """None for a pod that asks for no share resource; ``share_keys`` as in ``ShadowPod.from_facts``."""
         request = _share_request(facts)
         if request is None:
             return None
@@ -158,13 +188,13 @@ class SharePod(_PodRole):
         resource = facts.annotations.get(keys.ANNOTATION_POOL_RESOURCE, default_pool_resource)
         return cls(
             facts=facts,
-            key=ShareKey(Pool(resource, facts.node_selector), kind, spec),
+            key=_share_key(resource, facts.node_selector, kind, spec, share_keys),
             quantity=qty,
             owner_shadows=parse_owner_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_OWNER)),
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpotPod(_PodRole):
     """A pod asking for ``gpushare/spot-gpu``: a borrower once admitted (design §6)."""
 
@@ -205,41 +235,6 @@ class PodResourcesEntry:
         return f"{self.namespace}/{self.pod}"
 
 
-def parse_users_annotation(value: str | None) -> dict[str, tuple[str, ...]]:
-    """``{"ns/pod/container": ["vid", ...]}``; a malformed record reads as empty (it is rebuilt)."""
-    doc = _load_json_object(value)
-    out: dict[str, tuple[str, ...]] = {}
-    for user, ids in doc.items():
-        if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
-            out[user] = tuple(sorted(ids))
-    return out
-
-
-def parse_owner_annotation(value: str | None) -> dict[str, str]:
-    doc = _load_json_object(value)
-    return {k: v for k, v in doc.items() if isinstance(v, str)}
-
-
-def _load_json_object(value: str | None) -> dict[str, Any]:
-    # These annotations are our own records, rewritten every pass from PodResources; a
-    # damaged one must not stop anything, so it reads as "no record" and gets rewritten.
-    if not value:
-        return {}
-    try:
-        doc = json.loads(value)
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def encode_users_annotation(users: Mapping[str, Iterable[str]]) -> str:
-    return json.dumps({u: sorted(ids) for u, ids in users.items()}, sort_keys=True, separators=(",", ":"))
-
-
-def encode_owner_annotation(shadows: Mapping[str, str]) -> str:
-    return json.dumps(dict(shadows), sort_keys=True, separators=(",", ":"))
-
-
 def is_shadow(facts: PodFacts) -> bool:
     return facts.ref.namespace == keys.SHADOW_NAMESPACE and facts.labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW
 
@@ -276,6 +271,33 @@ class Snapshot:
         return [s for s in self.sharers if s.node_name == node]
 
 
+# What one pod reads as: its facts and role (None for a pod in no role), or the problem.
+_Read = tuple[PodFacts, ShadowPod | SharePod | SpotPod | None] | tuple[str, None]
+
+
+# A build_snapshot caller's reads from its previous snapshot, for ``build_snapshot(memo=...)``.
+SnapshotMemo = PodMemo[_Read]
+
+
+def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys) -> _Read:
+    try:
+        facts = parse_pod(raw)
+        if is_shadow(facts):
+            return facts, ShadowPod.from_facts(facts, share_keys)
+        sharer = SharePod.from_facts(facts, default_pool, share_keys)
+        if sharer is not None:
+            return facts, sharer
+        return facts, SpotPod(facts) if facts.quantity(keys.RESOURCE_SPOT_GPU) > 0 else None
+    except InvalidObject as exc:
+        return str(exc), None
+
+
+def _by_ref(role: _PodRole) -> tuple[str, str, str]:
+    """The order of ``PodRef`` as a plain tuple: sorting compares tuples without calling dataclass methods."""
+    ref = role.facts.ref
+    return ref.namespace, ref.name, ref.uid
+
+
 def build_snapshot(
     pods: Iterable[Mapping[str, Any]],
     cfg: Config,
@@ -286,35 +308,42 @@ def build_snapshot(
     pidns_by_container: Mapping[str, int] | None = None,
     shadow_list_fresh: bool = False,
     deleted_shadows: Iterable[PodRef] = (),
+    memo: SnapshotMemo | None = None,
 ) -> Snapshot:
-    """Classify every pod once; a pod that cannot be read is skipped and listed in ``problems``."""
+    """Classify every pod once; a pod that cannot be read is skipped and listed in ``problems``.
+
+    ``memo``: the caller's reads from its previous snapshot; pods whose uid and
+    resourceVersion it has seen are not read again (``controller.core.pod_memo``).
+    """
     default_pool = cfg.real_resources[0]
+    share_keys: ShareKeys = {}
+
+    def read(raw: Mapping[str, Any]) -> _Read:
+        return _read_pod(raw, default_pool, share_keys)
+
+    reads = memo.read_all(pods, read, default_pool) if memo is not None else [read(raw) for raw in pods]
     by_key: dict[PodKey, PodFacts] = {}
     shadows: list[ShadowPod] = []
     sharers: list[SharePod] = []
     spot: list[SpotPod] = []
     problems: list[str] = []
-    for raw in pods:
-        try:
-            facts = parse_pod(raw)
-            if is_shadow(facts):
-                shadows.append(ShadowPod.from_facts(facts))
-            else:
-                sharer = SharePod.from_facts(facts, default_pool)
-                if sharer is not None:
-                    sharers.append(sharer)
-                elif facts.quantity(keys.RESOURCE_SPOT_GPU) > 0:
-                    spot.append(SpotPod(facts))
-        except InvalidObject as exc:
-            problems.append(str(exc))
+    for facts, role in reads:
+        if isinstance(facts, str):
+            problems.append(facts)
             continue
+        if isinstance(role, ShadowPod):
+            shadows.append(role)
+        elif isinstance(role, SharePod):
+            sharers.append(role)
+        elif isinstance(role, SpotPod):
+            spot.append(role)
         by_key[facts.ref.key] = facts
     return Snapshot(
         node_name=cfg.node_name,
         pods=by_key,
-        shadows=tuple(sorted(shadows, key=lambda s: s.ref)),
-        sharers=tuple(sorted(sharers, key=lambda s: s.ref)),
-        spot_pods=tuple(sorted(spot, key=lambda s: s.ref)),
+        shadows=tuple(sorted(shadows, key=_by_ref)),
+        sharers=tuple(sorted(sharers, key=_by_ref)),
+        spot_pods=tuple(sorted(spot, key=_by_ref)),
         pod_resources=tuple(pod_resources),
         allocatable={r: tuple(ids) for r, ids in (allocatable or {}).items()},
         lendable_namespaces=frozenset(lendable_namespaces),
@@ -333,6 +362,7 @@ __all__ = [
     "ShareKey",
     "SharePod",
     "Snapshot",
+    "SnapshotMemo",
     "SpotPod",
     "build_snapshot",
     "encode_owner_annotation",

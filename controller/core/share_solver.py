@@ -116,65 +116,92 @@ def _configured_specs(cfg: Config) -> set[tuple[str, int]]:
     return {(keys.KIND_SHARE, n) for n in cfg.share_specs} | {(keys.KIND_SHARE_DEV, n) for n in cfg.dev_share_specs}
 
 
-def _used_slots(snapshot: Snapshot) -> dict[str, int]:
-    """Slots used per alive shadow uid: its users record, plus bound sharers not yet recorded.
-
-    A sharer bound to a node but absent from every shadow's users record has just been
-    allocated (the node agent has not written the record yet); it is counted against the
-    shadows of its kind and N on its node, filling them in name order, so a shadow is never
-    seen empty (and deleted) in the moment a sharer takes it.
-    """
-    used = {s.ref.uid: s.used_slots for s in snapshot.shadows if s.facts.is_alive}
-    recorded = {user.rsplit("/", 1)[0] for s in snapshot.shadows for user in s.users}
-    by_node: dict[tuple[str, str, int], list[ShadowPod]] = {}
-    for s in snapshot.shadows:
-        if s.facts.is_alive and s.node_name:
-            by_node.setdefault((s.node_name, s.key.kind, s.key.spec), []).append(s)
-    for sharer in snapshot.sharers:
-        if not sharer.holds_slots or sharer.ref.key in recorded:
-            continue
-        remaining = sharer.quantity
-        for s in by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), []):
-            take = min(remaining, max(0, s.key.spec - used[s.ref.uid]))
-            used[s.ref.uid] += take
-            remaining -= take
-            if remaining == 0:
-                break
-    return used
+def _ref_order(role: ShadowPod) -> tuple[str, str, str]:
+    ref = role.facts.ref
+    return ref.namespace, ref.name, ref.uid
 
 
-def _taken_ordinals(snapshot: Snapshot, key: ShareKey) -> set[int]:
-    """Ordinals in use by any shadow of this key, or still named by a sharer's owner record."""
-    prefix = shadow_name(key, 0)[:-1]
-    names = {s.ref.name for s in snapshot.shadows}
-    names |= {k.split("/", 1)[-1] for sharer in snapshot.sharers for k in sharer.owner_shadows}
-    return {int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()}
+@dataclass
+class _Demand:
+    """What ``plan_shadows`` reads from the snapshot, gathered in one pass over its shadows and sharers."""
+
+    used: dict[str, int]  # alive shadow uid -> slots used
+    alive: dict[ShareKey, list[ShadowPod]]  # alive shadows per key, in snapshot order
+    pending: dict[ShareKey, list[SharePod]]  # pending sharers per key, in snapshot order
+    snapshot: Snapshot
+    _ordinals: dict[str, set[int]] | None = None
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> _Demand:
+        """Slots used per alive shadow uid: its users record, plus bound sharers not yet recorded.
+
+        A sharer bound to a node but absent from every shadow's users record has just been
+        allocated (the node agent has not written the record yet); it is counted against the
+        shadows of its kind and N on its node, filling them in name order, so a shadow is never
+        seen empty (and deleted) in the moment a sharer takes it.
+        """
+        used: dict[str, int] = {}
+        alive: dict[ShareKey, list[ShadowPod]] = {}
+        recorded: set[str] = set()
+        by_node: dict[tuple[str, str, int], list[ShadowPod]] = {}
+        for s in snapshot.shadows:
+            recorded.update(user.rsplit("/", 1)[0] for user in s.users)
+            if not s.facts.is_alive:
+                continue
+            used[s.facts.ref.uid] = s.used_slots
+            alive.setdefault(s.key, []).append(s)
+            if s.facts.node_name:
+                by_node.setdefault((s.facts.node_name, s.key.kind, s.key.spec), []).append(s)
+        pending: dict[ShareKey, list[SharePod]] = {}
+        for sharer in snapshot.sharers:
+            if sharer.is_pending:
+                pending.setdefault(sharer.key, []).append(sharer)
+            elif sharer.holds_slots and sharer.facts.ref.key not in recorded:
+                _count_unrecorded(sharer, by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), ()), used)
+        return cls(used, alive, pending, snapshot)
+
+    def taken_ordinals(self, key: ShareKey) -> set[int]:
+        """Ordinals in use by any shadow of this key, or still named by a sharer's owner record."""
+        if self._ordinals is None:
+            names = {s.ref.name for s in self.snapshot.shadows}
+            names |= {k.split("/", 1)[-1] for sharer in self.snapshot.sharers for k in sharer.owner_shadows}
+            self._ordinals = {}
+            for name in names:
+                head, dash, tail = name.rpartition("-")
+                # isdecimal, not isdigit: "²" is a digit that int() refuses, and owner records are
+                # annotations a tenant can write.
+                if dash and tail.isdecimal():
+                    self._ordinals.setdefault(head + dash, set()).add(int(tail))
+        return set(self._ordinals.get(shadow_name(key, 0)[:-1], ()))
+
+
+def _count_unrecorded(sharer: SharePod, shadows: Iterable[ShadowPod], used: dict[str, int]) -> None:
+    remaining = sharer.quantity
+    for s in shadows:
+        uid = s.facts.ref.uid
+        take = min(remaining, max(0, s.key.spec - used[uid]))
+        used[uid] += take
+        remaining -= take
+        if remaining == 0:
+            break
 
 
 def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float]) -> ShadowPlan:
     """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows."""
     configured = _configured_specs(cfg)
-    used = _used_slots(snapshot)
+    index = _Demand.of(snapshot)
+    used = index.used
     actions: list[Action] = []
     new_empty: dict[str, float] = {}
     demand: list[KeyDemand] = []
-
-    shadows_by_key: dict[ShareKey, list[ShadowPod]] = {}
-    for s in snapshot.shadows:
-        if s.facts.is_alive:
-            shadows_by_key.setdefault(s.key, []).append(s)
-    pending_by_key: dict[ShareKey, list[SharePod]] = {}
-    for sharer in snapshot.sharers:
-        if sharer.is_pending:
-            pending_by_key.setdefault(sharer.key, []).append(sharer)
 
     # The warm pool applies to every served spec of the default pool, and to any key in use.
     warm_keys = (
         {ShareKey(Pool(cfg.real_resources[0]), kind, n) for kind, n in configured} if cfg.warm_shadows else set()
     )
-    for key in sorted(set(shadows_by_key) | set(pending_by_key) | warm_keys):
-        pending = pending_by_key.get(key, [])
-        alive = sorted(shadows_by_key.get(key, []), key=lambda s: s.ref)
+    for key in sorted(set(index.alive) | set(index.pending) | warm_keys):
+        pending = index.pending.get(key, [])
+        alive = sorted(index.alive.get(key, []), key=_ref_order)
         is_served = (key.kind, key.spec) in configured and key.pool.resource in cfg.real_resources
         if not is_served:
             # No new shadow; the ones left from an earlier config still idle out.
@@ -183,15 +210,15 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
             if not alive:
                 continue
         n = key.spec
-        free = sum(max(0, n - used[s.ref.uid]) for s in alive)
+        free = sum(max(0, n - used[s.facts.ref.uid]) for s in alive)
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if is_served else 0)
         shortage = target - free
         create = -(-shortage // n) if shortage > 0 else 0  # exact integer ceil
         if create:
             reason = REASON_SHADOW_DEMAND if asked > free else REASON_WARM_POOL
-            actions += _new_shadows(snapshot, cfg, key, create, reason)
-        clocks = {s.ref.uid: empty_since.get(s.ref.uid, now) for s in alive if used[s.ref.uid] == 0}
+            actions += _new_shadows(index, cfg, key, create, reason)
+        clocks = {s.facts.ref.uid: empty_since.get(s.facts.ref.uid, now) for s in alive if used[s.facts.ref.uid] == 0}
         new_empty.update(clocks)
         deletes = _idle_deletes(
             alive, clocks, now=now, timeout_s=cfg.shadow_idle_timeout_s, spare_slots=free - target, spec=n
@@ -201,9 +228,9 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
     return ShadowPlan(tuple(actions), new_empty, tuple(demand))
 
 
-def _new_shadows(snapshot: Snapshot, cfg: Config, key: ShareKey, count: int, reason: str) -> list[Action]:
+def _new_shadows(index: _Demand, cfg: Config, key: ShareKey, count: int, reason: str) -> list[Action]:
     """Create ``count`` shadows of ``key`` under the lowest ordinals nobody uses or names."""
-    taken = _taken_ordinals(snapshot, key)
+    taken = index.taken_ordinals(key)
     out: list[Action] = []
     ordinal = 0
     for _ in range(count):
@@ -266,15 +293,31 @@ def shadow_is_gone(snapshot: Snapshot, shadow_key: str, uid: str | None) -> bool
     watch reported it deleted; or the name now belongs to another uid; or it is absent
     from a full LIST taken since the last pass (``snapshot.shadow_list_fresh``).
     """
-    namesakes = [s for s in snapshot.shadows if s.ref.key == shadow_key]
-    ours = [s for s in namesakes if uid is None or s.ref.uid == uid]
-    if ours:
-        return not ours[0].facts.is_alive
-    if any(d.key == shadow_key and (uid is None or d.uid == uid) for d in snapshot.deleted_shadows):
-        return True
-    if namesakes:  # uid recorded, and the name now belongs to a different pod
-        return True
-    return snapshot.shadow_list_fresh
+    return _ShadowsByKey(snapshot).is_gone(shadow_key, uid)
+
+
+class _ShadowsByKey:
+    """The snapshot's shadows and watch-reported deletions by ``ns/name``, indexed once per pass."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.fresh = snapshot.shadow_list_fresh
+        self.namesakes: dict[str, list[ShadowPod]] = {}
+        for s in snapshot.shadows:
+            self.namesakes.setdefault(s.ref.key, []).append(s)
+        self.deleted: dict[str, list[PodRef]] = {}
+        for d in snapshot.deleted_shadows:
+            self.deleted.setdefault(d.key, []).append(d)
+
+    def is_gone(self, shadow_key: str, uid: str | None) -> bool:
+        namesakes = self.namesakes.get(shadow_key, [])
+        ours = [s for s in namesakes if uid is None or s.ref.uid == uid]
+        if ours:
+            return not ours[0].facts.is_alive
+        if any(uid is None or d.uid == uid for d in self.deleted.get(shadow_key, ())):
+            return True
+        if namesakes:  # uid recorded, and the name now belongs to a different pod
+            return True
+        return self.fresh
 
 
 def plan_node_shares(snapshot: Snapshot, mapping: MappingCache, cfg: Config) -> list[Action]:
@@ -293,12 +336,13 @@ def plan_node_shares(snapshot: Snapshot, mapping: MappingCache, cfg: Config) -> 
 
     sharers_here = {s.ref.key: s for s in snapshot.sharers_on(node)}
     gone_by_sharer: dict[PodRef, list[str]] = {}
+    by_key = _ShadowsByKey(snapshot)
     for h in mapping.holdings:
         sharer = sharers_here.get(h.sharer.key)
         if sharer is None or sharer.facts.is_terminating:
             continue
         uid = sharer.owner_shadows.get(h.shadow_key) or None
-        if shadow_is_gone(snapshot, h.shadow_key, uid):
+        if by_key.is_gone(h.shadow_key, uid):
             gone_by_sharer.setdefault(sharer.ref, []).append(h.shadow_key)
     for ref, gone in sorted(gone_by_sharer.items()):
         names = ", ".join(sorted(set(gone)))

@@ -10,11 +10,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.core.actions import CreateShadow
+from controller.core.cluster_view import plan_waiting_events
 from controller.core.mapping import MappingCache
-from controller.core.model import PodResourcesEntry, build_snapshot
-from controller.core.share_solver import plan_node_shares, plan_shadows
+from controller.core.model import PodResourcesEntry, Pool, ShareKey, build_snapshot, encode_owner_annotation
+from controller.core.pod_facts import PodRef, parse_pod
+from controller.core.share_solver import plan_node_shares, plan_shadows, shadow_is_gone, shadow_name
+from controller.errors import InvalidObject
 from gpushare import keys
 from gpushare.config import Config
+from tests.property import controller_reference as reference
+from tests.unit.controller.podmaker import shadow, sharer
 
 CFG = Config(node_name="n1")
 json_leaf = st.one_of(
@@ -124,3 +129,151 @@ def test_after_creating_the_plan_free_slots_cover_demand_and_warm_pool(
     target = pending + warm * n
     assert free + created * n >= target  # enough
     assert created == 0 or free + (created - 1) * n < target  # and not one shadow more
+
+
+# --- the indexed leader code answers exactly what the straightforward references do ----------------------
+
+SPEC_CHOICES = [(keys.KIND_SHARE, 2), (keys.KIND_SHARE, 3), (keys.KIND_SHARE, 4), (keys.KIND_SHARE_DEV, 2)]
+POOL_CHOICES = [("nvidia.com/gpu", None), ("nvidia.com/gpu", {"zone": "a"}), ("amd.com/gpu", None)]
+
+
+@st.composite
+def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str], Config]:
+    """Shadows and sharers on two nodes whose records, owners, names and states overlap on purpose."""
+    pods: list[dict[str, Any]] = []
+    unschedulable: dict[str, str] = {}
+    names: list[str] = []
+    camel = draw(st.booleans())  # the API's camelCase, or the client's to_dict() snake_case
+    for i in range(draw(st.integers(0, 8))):
+        kind, n = draw(st.sampled_from(SPEC_CHOICES))
+        resource, selector = draw(st.sampled_from(POOL_CHOICES))
+        key = ShareKey(Pool(resource, tuple(sorted((selector or {}).items()))), kind, n)
+        name = shadow_name(key, draw(st.integers(0, 3)))  # namesakes with another uid happen
+        names.append(name)
+        node = draw(st.sampled_from(["n1", "n2", ""]))
+        users = {
+            f"t/s{j}/app": [f"{keys.SHADOW_NAMESPACE}/{name}-{v}" for v in range(draw(st.integers(1, 2)))]
+            for j in draw(st.sets(st.integers(0, 5), max_size=3))
+        }
+        pods.append(
+            shadow(
+                name, n, kind=kind, node=node, resource=resource, users=users or None, selector=selector,
+                uid=f"{name}-{i}", phase=draw(st.sampled_from(["Running", "Pending", "Failed"])) if node else "Pending",
+                deleting=draw(st.booleans()), camel=camel,
+            )
+        )  # fmt: skip
+        if draw(st.booleans()):
+            unschedulable[f"{keys.SHADOW_NAMESPACE}/{name}"] = draw(st.sampled_from(["no GPU", "0/2 nodes"]))
+    for j in range(draw(st.integers(0, 6))):
+        kind, n = draw(st.sampled_from(SPEC_CHOICES))
+        resource, selector = draw(st.sampled_from(POOL_CHOICES))
+        owners = {f"{keys.SHADOW_NAMESPACE}/{x}": "u" for x in draw(st.sets(st.sampled_from([*names, "x-9"])))}
+        annotations = {keys.ANNOTATION_POOL_RESOURCE: resource} if resource != "nvidia.com/gpu" else {}
+        if owners:
+            annotations[keys.ANNOTATION_SHADOW_OWNER] = encode_owner_annotation(owners)
+        node = draw(st.sampled_from(["n1", "n2", ""]))
+        pods.append(
+            sharer(
+                f"s{j}", n, kind=kind, qty=draw(st.integers(1, 2)), ns="t", node=node, selector=selector,
+                annotations=annotations or None, gated=draw(st.booleans()) and not node,
+                phase=draw(st.sampled_from(["Pending", "Running", "Succeeded"])) if node else "Pending", camel=camel,
+            )
+        )  # fmt: skip
+    cfg = Config(
+        node_name="n1",
+        share_specs=draw(st.sampled_from([(2, 4), (2,), (2, 3, 4)])),
+        dev_share_specs=(2,),
+        real_resources=draw(st.sampled_from([("nvidia.com/gpu",), ("nvidia.com/gpu", "amd.com/gpu")])),
+        warm_shadows=draw(st.integers(0, 2)),
+        shadow_idle_timeout_s=50.0,
+    )
+    return pods, unschedulable, cfg
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_cluster(), st.data())
+def test_leader_plan_matches_the_straightforward_reference(
+    cluster: tuple[list[dict[str, Any]], dict[str, str], Config], data: st.DataObject
+) -> None:
+    pods, unschedulable, cfg = cluster
+    snap = build_snapshot(pods, cfg, shadow_list_fresh=data.draw(st.booleans()))
+    assert not snap.problems
+    started = st.sampled_from([0.0, 60.0, 99.0])
+    timers = {s.ref.uid: data.draw(started) for s in snap.shadows if data.draw(st.booleans())}
+    assert plan_shadows(snap, cfg, 100.0, timers) == reference.plan_shadows(snap, cfg, 100.0, timers)
+    assert plan_waiting_events(snap, unschedulable) == reference.plan_waiting_events(snap, unschedulable)
+
+
+@settings(max_examples=200, deadline=None)
+@given(small_cluster(), st.data())
+def test_shadow_is_gone_matches_the_straightforward_reference(
+    cluster: tuple[list[dict[str, Any]], dict[str, str], Config], data: st.DataObject
+) -> None:
+    pods, _, cfg = cluster
+    refs = [PodRef(keys.SHADOW_NAMESPACE, p["metadata"]["name"], p["metadata"]["uid"]) for p in pods]
+    deleted = data.draw(st.sets(st.sampled_from(refs))) if refs else set()
+    snap = build_snapshot(pods, cfg, shadow_list_fresh=data.draw(st.booleans()), deleted_shadows=deleted)
+    for ref in [*refs, PodRef(keys.SHADOW_NAMESPACE, "gone", "g")]:
+        for uid in (None, ref.uid, "other"):
+            assert shadow_is_gone(snap, ref.key, uid) == reference.shadow_is_gone(snap, ref.key, uid)
+
+
+@st.composite
+def both_spellings(draw: st.DrawFn) -> dict[str, Any]:
+    """Pods whose fields come under either spelling, or both, with values that are falsy or wrong."""
+    small = st.one_of(st.none(), st.just(""), st.just(0), st.sampled_from(["n1", "x", "1"]), json_leaf)
+    quantity = st.one_of(st.sampled_from(["1", "2", " 3 ", "0", "-1", "1.5", "²", "٣"]), st.integers(-1, 3), json_leaf)
+    resources = st.dictionaries(resource | st.just("example.com/gpu"), quantity, max_size=3)
+
+    def spelled(snake: str, camel: str, value: st.SearchStrategy[Any]) -> dict[str, Any]:
+        out = {}
+        for name in draw(st.sampled_from([(), (snake,), (camel,), (snake, camel)])):
+            out[name] = draw(value)
+        return out
+
+    def container() -> dict[str, Any]:
+        res = {
+            f: draw(resources) for f in draw(st.sampled_from([(), ("requests",), ("limits",), ("requests", "limits")]))
+        }
+        return {"name": draw(st.sampled_from(["app", "side", "app", "side", ""])), "resources": res}
+
+    def status() -> dict[str, Any]:
+        st_ = {"name": draw(st.sampled_from(["app", "side", 3]))}
+        st_ |= spelled("container_id", "containerID", st.one_of(small, st.just("containerd://abc")))
+        st_["state"] = draw(st.sampled_from([{}, {"running": {}}, {"running": None}, {"waiting": {}}, "x"]))
+        return st_
+
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": draw(st.sampled_from(["t", keys.SHADOW_NAMESPACE])),
+            "uid": "u",
+            **spelled("deletion_timestamp", "deletionTimestamp", small),
+        },
+        "spec": {
+            **spelled("node_name", "nodeName", small),
+            **spelled("node_selector", "nodeSelector", st.sampled_from([None, {}, {"zone": "a"}, {"z": 1}])),
+            **spelled("scheduling_gates", "schedulingGates", st.sampled_from([None, [], [{"name": "g"}]])),
+            "containers": [container() for _ in range(draw(st.integers(0, 2)))],
+            **spelled("init_containers", "initContainers", st.just([container()])),
+        },
+        "status": {
+            "phase": draw(st.sampled_from([None, "", "Running", "Pending", "Running", "Pending", 1])),
+            **spelled("container_statuses", "containerStatuses", st.just([status() for _ in range(2)])),
+            **spelled("init_container_statuses", "initContainerStatuses", st.just([status()])),
+        },
+    }
+
+
+def _read(reader: Any, raw: Any) -> object:
+    try:
+        return reader(raw)
+    except InvalidObject as exc:
+        return f"refused: {exc}"
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(pod_like(), both_spellings(), small_cluster().map(lambda c: c[0])))
+def test_pod_reading_matches_the_straightforward_reference(raw: Any) -> None:
+    for pod in raw if isinstance(raw, list) else [raw]:
+        assert _read(parse_pod, pod) == _read(reference.parse_pod, pod)

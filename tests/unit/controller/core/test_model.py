@@ -38,6 +38,11 @@ def test_shadow_needs_its_namespace_and_label_a_tenant_cannot_pose_as_one() -> N
     [
         ({keys.LABEL_ROLE: keys.ROLE_SHADOW}, {"nvidia.com/gpu": 1}, "both labels are required"),
         (
+            {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "²", keys.LABEL_SHARE_KIND: "share"},
+            {"nvidia.com/gpu": 1},
+            "both labels are required",
+        ),
+        (
             {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "4", keys.LABEL_SHARE_KIND: "share"},
             {"nvidia.com/gpu": 1, "amd.com/gpu": 1},
             "exactly one real GPU",

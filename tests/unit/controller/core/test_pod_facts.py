@@ -32,6 +32,8 @@ def test_to_dict_and_api_json_spellings_read_the_same() -> None:
     [
         (lambda p: p["metadata"].pop("uid"), "lacks metadata.namespace, name or uid"),
         (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update({"nvidia.com/gpu": "0.5"}), "0.5"),
+        # a digit int() cannot read: refused like any other bad quantity, not a crash of the pass
+        (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update({"nvidia.com/gpu": "²"}), "'²'"),
         (lambda p: p["metadata"].update(labels={"a": 1}), "metadata.labels"),
         (lambda p: p["spec"]["containers"][0].pop("name"), "has no name"),
         (lambda p: p["spec"].update(containers=True), "spec.containers must be a list of objects"),

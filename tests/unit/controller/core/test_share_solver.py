@@ -179,6 +179,15 @@ def test_names_are_deterministic_unique_and_skip_taken_or_still_referenced() -> 
     assert [c.name for c in made] == [name2, shadow_name(KEY4, 3)]
 
 
+def test_an_owner_record_with_an_odd_ordinal_is_no_ordinal_and_stops_nothing() -> None:
+    # Owner records are annotations a tenant can write; "²" is a digit that int() refuses.
+    odd = shadow_name(KEY4, 0)[:-1] + "²"
+    owner = {keys.ANNOTATION_SHADOW_OWNER: f'{{"gpushare-system/{odd}":"u"}}'}
+    pods = [sharer("bound", node="node-b", phase="Running", annotations=owner), sharer("p1")]
+    made = creates(plan_shadows(snap(pods), CFG, NOW, {}).actions)
+    assert [c.name for c in made] == [shadow_name(KEY4, 0)]
+
+
 def test_shadow_manifest_follows_design_section_3() -> None:
     cfg = Config(node_name=NODE, shadow_priority_class="gs-high", shadow_image="pause:test")
     key = ShareKey(Pool("nvidia.com/gpu", (("gpu", "a100"),)), keys.KIND_SHARE_DEV, 8)

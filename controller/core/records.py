@@ -1,0 +1,55 @@
+"""The mapping records gpushare writes on pods (design §3): who uses a shadow, which shadow a sharer holds.
+
+``ANNOTATION_SHADOW_USERS`` on a shadow: ``{"<ns>/<pod>/<container>": ["<virtual ID>", ...]}``;
+``ANNOTATION_SHADOW_OWNER`` on a sharer: ``{"<ns>/<shadow>": "<shadow uid>"}``. Both are records
+for people, ``gpushare status`` and the leader's slot count, rebuilt every pass from PodResources
+(``controller.core.mapping``). Pure module: stdlib only (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def parse_users_annotation(value: str | None) -> dict[str, tuple[str, ...]]:
+    """``{"ns/pod/container": ["vid", ...]}``; a malformed record reads as empty (it is rebuilt)."""
+    doc = _load_json_object(value)
+    out: dict[str, tuple[str, ...]] = {}
+    for user, ids in doc.items():
+        if isinstance(ids, list):
+            for i in ids:
+                if not isinstance(i, str):
+                    break
+            else:
+                out[user] = tuple(sorted(ids))
+    return out
+
+
+def parse_owner_annotation(value: str | None) -> dict[str, str]:
+    doc = _load_json_object(value)
+    return {k: v for k, v in doc.items() if isinstance(v, str)}
+
+
+def _load_json_object(value: str | None) -> dict[str, Any]:
+    # These annotations are our own records, rewritten every pass from PodResources; a
+    # damaged one must not stop anything, so it reads as "no record" and gets rewritten.
+    if not value:
+        return {}
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def encode_users_annotation(users: Mapping[str, Iterable[str]]) -> str:
+    return json.dumps({u: sorted(ids) for u, ids in users.items()}, sort_keys=True, separators=(",", ":"))
+
+
+def encode_owner_annotation(shadows: Mapping[str, str]) -> str:
+    return json.dumps(dict(shadows), sort_keys=True, separators=(",", ":"))
+
+
+__all__ = ["encode_owner_annotation", "encode_users_annotation", "parse_owner_annotation", "parse_users_annotation"]
