@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from controller.commands import agent, config, deviceplugins, kmod, metrics, nri, status
+from controller.commands import agent, config, deviceplugins, doctor, kmod, metrics, nri, status
 from gpushare import log
 
 app = typer.Typer(no_args_is_help=True, help="gpushare: GPU sharing and over-selling for Kubernetes.")
@@ -18,6 +18,7 @@ app.add_typer(metrics.app, name="metrics")
 app.add_typer(config.app, name="config")
 app.command("agent")(agent.agent)
 app.command("status")(status.status)
+app.command("doctor")(doctor.doctor)
 
 
 @app.callback()

@@ -2,7 +2,9 @@
 
 Parameters come from flags, else the config file (``maxBlockMs``, ``netlinkProtocol``), else
 the design's defaults (3000 ms, unit 31). Every failure prints the ``KmodError`` message,
-which says what to do, and exits 1.
+which says what to do, and exits 1 -- except ``install --best-effort`` (the DaemonSet's init
+container): a node that cannot have the module is a normal state there, so it prints one line
+saying why and exits 0, and the agent's spot then sees owners return by utilization alone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ import typer
 
 from controller.commands import load_config_or_exit
 from gpukmod import KmodClient, KmodError, build_module, install, load, loaded_version, unload
-from gpukmod.module import default_kernel_dir, default_ko_path, format_params, ko_version, source_version
+from gpukmod.module import (
+    OptionalStep,
+    default_kernel_dir,
+    default_ko_path,
+    format_params,
+    ko_version,
+    plan_optional_install,
+    read_kernel_facts,
+    refusal_reason,
+    source_version,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Build, install, load, unload and watch the gpukmod kernel module.")
 
@@ -54,15 +66,46 @@ def install_cmd(  # noqa: PLR0917 - typer maps each parameter to a flag
     config: ConfigOpt = None,
     max_block_ms: MaxBlockOpt = None,
     unit: UnitOpt = None,
+    best_effort: Annotated[
+        bool,
+        typer.Option(
+            "--best-effort",
+            help="where the module cannot be built or loaded (no headers, Secure Boot, no CAP_SYS_MODULE), "
+            "print why in one line and exit 0",
+        ),
+    ] = False,
 ) -> None:
     """Build against the kernel's headers and load; the same loaded version is left alone, another replaced."""
     params, _ = _params(config, max_block_ms, unit)
+    if best_effort:
+        _install_best_effort(kernel_dir, ko, out, params)
+        return
     if ko is None:
         target = out or default_ko_path().parent
         ko = _run(lambda: build_module(kernel_dir or default_kernel_dir(), target))
     built: Path = ko
     action = _run(lambda: install(built, params))
     typer.echo(f"gpukmod {ko_version(built)}: {action.value} ({built})")
+
+
+def _install_best_effort(kernel_dir: Path | None, ko: Path | None, out: Path | None, params: str) -> None:
+    """``install`` that never fails the node: every reason the module cannot be had is one line, exit 0."""
+    kdir = kernel_dir or default_kernel_dir()
+    facts = read_kernel_facts(kdir)
+    try:
+        candidate = ko_version(ko) if ko is not None else source_version()
+        step, reason = plan_optional_install(facts, candidate, building=ko is None)
+        if step is OptionalStep.KEEP:
+            typer.echo(f"gpukmod {candidate}: keep ({reason})")
+            return
+        if step is OptionalStep.INSTALL:
+            built = ko or build_module(kdir, out or default_ko_path().parent)
+            action = install(built, params)
+            typer.echo(f"gpukmod {candidate}: {action.value} ({built})")
+            return
+    except KmodError as exc:
+        reason = refusal_reason(exc, facts)
+    typer.echo(f"gpukmod not installed: {reason}; spot sees owners return by utilization alone")
 
 
 @app.command("load")
