@@ -1,11 +1,15 @@
-"""`make demo`: a one-node cluster with 2 fake GPUs, the gpushare agent as a host process, and a walk-through.
+"""`make demo`: a one-node cluster with 2 fake GPUs, gpushare installed with helm, and a walk-through.
 
     python hack/demo.py up   [--root /tmp/gs-demo]   # cluster + fake GPUs + agent, then the walk-through
     python hack/demo.py down [--root /tmp/gs-demo]   # agent, fake GPUs and cluster gone
 
-The cluster lives in ROOT (``python -m localcluster``); the agent's files (config, state, logs, pid
-files, fake device nodes) in ROOT-agent. Everything is left running after `up` so you can explore
-with the printed KUBECONFIG line.
+The cluster lives in ROOT (``python -m localcluster``). gpushare is installed as an operator
+installs it (docs/install.md): the image `make image` builds, imported into the node's
+containerd, and `helm install` of manifests/chart; the agent is the DaemonSet's pod. The fake
+vendor plugin is a DaemonSet too (tests/charts/fake-gpus). The host directories they use (state,
+fake device nodes, values files, kept logs) are in ROOT-agent. ``GPUSHARE_AGENT_MODE=process``
+runs both as host processes instead (pid files in ROOT-agent). Everything is left running after
+`up` so you can explore with the printed KUBECONFIG line.
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from localcluster.agent import FAKE_RESOURCE, GPUSHARE, agent_config  # noqa: E402
+from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentSettings, agent_mode  # noqa: E402
+from localcluster.cluster import Cluster  # noqa: E402
+from localcluster.deploy import fake_gpus, node_agent  # noqa: E402
+from localcluster.errors import ClusterError  # noqa: E402
 from localcluster.layout import Binaries  # noqa: E402
 from localcluster.paths import cache_dir  # noqa: E402
 from localcluster.pods import pod_manifest  # noqa: E402
 
-PORT = 19488
+IN_POD = ["-n", "gpushare-system", "ds/gpushare-agent", "--"]
+POD_CONFIG = "/etc/gpushare/config.yaml"
 BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
 
 
@@ -71,15 +79,8 @@ class Demo:
         deadline = time.monotonic() + timeout_s
         while not ok():
             if time.monotonic() > deadline:
-                raise SystemExit(f"demo: timed out waiting for {what}; agent log: {self.side / 'agent.log'}")
+                raise SystemExit(f"demo: timed out waiting for {what}; see `kubectl get pods -A` and {self.side}")
             time.sleep(0.5)
-
-    def spawn(self, name: str, argv: list[str]) -> None:
-        with open(self.side / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO
-            )
-        (self.side / f"{name}.pid").write_text(str(proc.pid))
 
     def stop(self, name: str) -> None:
         pid_file = self.side / f"{name}.pid"
@@ -115,46 +116,54 @@ class Demo:
             raise SystemExit(f"demo: cluster up failed:\n{out.stderr}{out.stdout}")
         print(out.stdout.strip())
         self.side.mkdir(parents=True, exist_ok=True)
-        for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
-            self.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
-
-        say(f"starting the fake vendor device plugin: 2 GPUs as {FAKE_RESOURCE}")
-        plugin_dir = str(self.root / "kubelet" / "device-plugins")
-        (self.side / "dev").mkdir(exist_ok=True)
-        argv = [GPUSHARE, "fake-gpus", "--count", "2", "--resource", FAKE_RESOURCE]
-        self.spawn("fake-gpus", [*argv, "--dev-dir", str(self.side / "dev"), "--plugin-dir", plugin_dir])
-        self.wait("the fake GPUs in node allocatable", lambda: self.allocatable().get(FAKE_RESOURCE) == "2", 60)
-
-        say("starting the gpushare agent as a host process (loop + device plugins + NRI plugin + /metrics)")
-        config = self.side / "agent.yaml"
-        config.write_text(
-            agent_config(
-                self.side,
-                nri_socket=str(self.root / "containerd" / "nri.sock"),
-                plugin_dir=plugin_dir,
-                pod_resources=str(self.root / "kubelet" / "pod-resources" / "kubelet.sock"),
-                port=PORT,
-                idle_s=60,
-            )
-        )
-        self.spawn("agent", [GPUSHARE, "agent", "--config", str(config), "--kubeconfig", str(self.kubeconfig)])
-        self.wait("the agent's share-gpu-4 plugin", lambda: "gpushare/share-gpu-4" in self.allocatable(), 60)
-        print(f"agent log: {self.side / 'agent.log'}   metrics: http://127.0.0.1:{PORT}/metrics")
+        try:
+            config = self.install(Cluster.from_state(json.loads((self.root / "cluster.json").read_text())))
+        except ClusterError as exc:
+            raise SystemExit(f"demo: {exc}\n(the cluster stays up; `make demo-down` removes it)") from exc
 
         self.dind()
         self.sharing()
         say("gpushare status")
-        show(
-            ["gpushare", "status", "--config", str(config)],
-            subprocess.run(
-                [GPUSHARE, "status", "--config", str(config)], capture_output=True, text=True, check=False
-            ).stdout,
-        )
+        if config == POD_CONFIG:
+            argv = ["exec", *IN_POD, "gpushare", "status", "--config", POD_CONFIG]
+            show(["kubectl", *argv], self.kubectl(*argv, check=False))
+        else:
+            argv = [GPUSHARE, "status", "--config", config]
+            show(argv, subprocess.run(argv, capture_output=True, text=True, check=False).stdout)
         say("the cluster stays up; explore it with:")
         print(f"export KUBECONFIG={self.kubeconfig}")
         print(f"{self.kubectl_bin} get pods -A -o wide")
-        print(f"{GPUSHARE} status --config {config}")
+        if config == POD_CONFIG:
+            print(f"{self.kubectl_bin} exec {' '.join(IN_POD)} gpushare status --config {POD_CONFIG}")
+        print(f"{GPUSHARE} status --config {self.side / 'agent.yaml'}")
         print("and remove everything with: make demo-down")
+
+    def install(self, cluster: Cluster) -> str:
+        """The fake GPUs and the agent; the config path `gpushare status` takes where it runs."""
+        mode = agent_mode()
+        pods = mode == "pod"
+        how = "a DaemonSet, helm chart tests/charts/fake-gpus" if pods else "a host process"
+        say(f"starting the fake vendor device plugin: 2 GPUs as {FAKE_RESOURCE} ({how})")
+        gpus = fake_gpus(cluster, self.side, mode=mode)
+        gpus.start()
+        self.wait("the fake GPUs in node allocatable", lambda: self.allocatable().get(FAKE_RESOURCE) == "2", 60)
+        agent = node_agent(cluster, self.side, AgentSettings(idle_s=60, args=()), mode=mode)
+        if pods:
+            say("installing gpushare: the image from `make image` into the node's containerd, then helm install")
+        else:
+            say("starting the gpushare agent as a host process (loop + device plugins + NRI plugin + /metrics)")
+        agent.start()
+        agent.wait_healthy(120)
+        self.wait("the agent's share-gpu-4 plugin", lambda: "gpushare/share-gpu-4" in self.allocatable(), 60)
+        timings: dict[str, float] = getattr(agent, "timings", {})
+        if pods:
+            print(", ".join(f"{what}: {took:.1f} s" for what, took in timings.items()))
+            show(["kubectl", "get", "pods", "-A", "-o", "wide"], self.kubectl("get", "pods", "-A", "-o", "wide"))
+            return POD_CONFIG
+        for name, process in (("agent", agent), ("fake-gpus", gpus)):
+            (self.side / f"{name}.pid").write_text(str(getattr(process, "pid", "")))
+        print(f"agent log: {self.side / 'agent.log'}   metrics: http://127.0.0.1:{agent.port}/metrics")
+        return str(agent.config_path)
 
     def allocatable(self) -> dict[str, str]:
         node = json.loads(self.kubectl("get", "node", "127.0.0.1", "-o", "json", check=False) or "{}")
@@ -218,6 +227,7 @@ class Demo:
         return out.strip()
 
     def down(self) -> None:
+        # Host processes of GPUSHARE_AGENT_MODE=process; the pods go with the cluster.
         self.stop("agent")
         self.stop("fake-gpus")
         subprocess.run([sys.executable, "-m", "localcluster", "down", "--root", str(self.root)], cwd=REPO, check=False)

@@ -6,8 +6,10 @@ owner "returns", the job is gone, and ``gpushare status`` says why.
 
 No GPU is needed: the fake vendor plugin serves two fake GPUs and the agent reads fake
 dcgm-exporter metrics from a file this script rewrites (controller/metrics/fake_exporter.py), through
-the real scrape and adapter path. The agent started here runs with spot on; a calling demo
-must have stopped its own agent and fake GPU plugin first (one agent per node).
+the real scrape and adapter path. Both are installed as in `make demo` (the agent is the
+DaemonSet's pod, installed with helm; ``localcluster/spot.py``). The agent started here runs with
+spot on; a calling demo must have removed its own agent and fake GPU plugin first (one agent per
+node).
 """
 
 from __future__ import annotations

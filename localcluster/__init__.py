@@ -10,8 +10,10 @@ Not part of the product: the wheel ships gpushare's own packages only.
     cluster, bringup, __main__       ``Cluster``; starting, stopping and reaping clusters; the CLI
     containerd, containerd_config    a private containerd (1.7.24 or 2.x) and its config file
     cri, images, lifecycle           a CRI client, the locally built images, the peers' shared shape
-    agent, pods, spot                ``gpushare agent`` and the fake GPUs as host processes; pods;
+    agent, pods, spot                the agent's settings and the handle the tests drive; pods;
                                      the spot environment
+    helm, agent_pod, deploy          gpushare installed as an operator does: image import, helm,
+                                     the agent as the DaemonSet's pod, the fake GPUs' DaemonSet
 
     .venv/bin/python -m localcluster up     # prints export KUBECONFIG=...
     .venv/bin/python -m localcluster down

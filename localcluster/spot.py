@@ -1,11 +1,15 @@
 """The spot environment on a one-node cluster: the fake vendor plugin for 2 GPUs and ``gpushare
-agent`` as a host process reading fake dcgm metrics from a file that tests and the demo rewrite.
+agent`` with spot on, reading fake dcgm metrics from a file on the node that tests and the demo
+rewrite. Both are installed as an operator does, with helm (``localcluster/deploy.py``): the
+agent is the DaemonSet's pod, with the node's PIDs and cgroups; ``GPUSHARE_AGENT_MODE=process``
+runs both as host processes instead.
 
 Used by the spot tier (tests/integration/spot) and hack/demo_spot.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,10 +24,9 @@ from typing import Any
 
 from controller.metrics.fake_exporter import FakeGpu, write_dcgm
 from gpushare import keys
-from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, agent_config
+from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentHandle, AgentSettings, GpuPlugin
 from localcluster.cluster import Cluster
-from localcluster.host import free_port
-from localcluster.paths import REPO
+from localcluster.deploy import fake_gpus, node_agent
 from localcluster.pods import pod_manifest
 
 IDLE_WINDOW_S = 2.0
@@ -34,8 +37,8 @@ GPUS = ("fakegpu0", "fakegpu1")
 @dataclass
 class SpotEnv:
     cluster: Cluster
-    agent: AgentProcess
-    gpus: FakeGpus
+    agent: AgentHandle
+    gpus: GpuPlugin
     root: Path
     metrics: Path
 
@@ -60,7 +63,7 @@ class SpotEnv:
     def status_text(self) -> str:
         """What `gpushare status` prints for the agent's node (its stdout; stderr appended on failure)."""
         out = subprocess.run(
-            [self.agent.argv[0], "status", "--config", str(self.agent.config_path)],
+            [GPUSHARE, "status", "--config", str(self.agent.config_path)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -99,50 +102,44 @@ def owner_gpu(env: SpotEnv, name: str = "owner") -> str:
     return gpu
 
 
-def spot_config(root: Path, cluster: Cluster, port: int, metrics: Path) -> str:
-    base = agent_config(
-        root,
-        nri_socket=str(cluster.nri_socket),
-        plugin_dir=str(cluster.device_plugin_dir),
-        pod_resources=str(cluster.pod_resources_socket),
-        port=port,
+def spot_settings(cluster: Cluster, metrics: Path) -> AgentSettings:
+    """Spot on, fed by the fake dcgm file, following the fake vendor plugin; the only agent, so it leads."""
+    plugin_socket = f"{str(cluster.device_plugin_dir).rstrip('/')}/{FAKE_RESOURCE.replace('/', '-')}.sock"
+    metrics_config = {
+        "source": str(metrics),
+        "vendor": "nvidia",
+        "processLevel": True,
+        "scrapeInterval": f"{int(SCRAPE_INTERVAL_S * 1000)}ms",
+        "scrapeTimeout": "500ms",
+    }
+    return AgentSettings(
         idle_s=60.0,
-    )
-    # agent_config ends with the metrics section: extend it with the fake source.
-    return base + "\n".join(
-        [
-            f"  source: {metrics}",
-            "  vendor: nvidia",
-            "  processLevel: true",
-            f"  scrapeInterval: {int(SCRAPE_INTERVAL_S * 1000)}ms",
-            "  scrapeTimeout: 500ms",
-            f"idleWindow: {IDLE_WINDOW_S}s",
-            "",
-        ]
+        config={"metrics": metrics_config, "idleWindow": f"{IDLE_WINDOW_S}s"},
+        args=("--period", "1", "--spot-from", f"{FAKE_RESOURCE}={plugin_socket}", "--no-lease"),
     )
 
 
 @contextmanager
-def spot_environment(cluster: Cluster, *, start_fake_gpus: bool = True) -> Iterator[SpotEnv]:
-    """Namespaces team and spot, fake GPUs (unless already running), the agent with spot on; all stopped after."""
+def spot_environment(cluster: Cluster, *, start_fake_gpus: bool = True, kmod: bool = False) -> Iterator[SpotEnv]:
+    """Namespaces team and spot, fake GPUs (unless already running), the agent with spot on; all removed after.
+
+    ``kmod``: the DaemonSet's kmod init container runs, as the chart installs it by default (pod
+    mode; its image is imported too, which costs a minute or more on a busy 2-core machine).
+    """
     root = Path(tempfile.mkdtemp(prefix="gs-spot", dir="/tmp"))
-    for manifest in ("00-namespace.yaml", "10-priorityclasses.yaml"):
-        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
     for ns in ("team", "spot"):
         cluster.kubectl("create", "namespace", ns, check=False)
-    gpus = FakeGpus(root, str(cluster.device_plugin_dir))
-    if start_fake_gpus:
-        gpus.start()
-    port = free_port()
-    metrics = root / "dcgm.prom"
-    config = root / "agent.yaml"
-    config.write_text(spot_config(root, cluster, port, metrics))
-    agent = AgentProcess(root, config, str(cluster.kubeconfig), port)
-    sock = f"{str(cluster.device_plugin_dir).rstrip('/')}/{FAKE_RESOURCE.replace('/', '-')}.sock"
-    agent.argv += ["--spot-from", f"{FAKE_RESOURCE}={sock}", "--no-lease"]
+    # The file in a directory of its own: the agent's pod mounts that directory, read-only.
+    metrics = root / "metrics" / "dcgm.prom"
+    metrics.parent.mkdir()
+    gpus = fake_gpus(cluster, root)
+    settings = dataclasses.replace(spot_settings(cluster, metrics), kmod=kmod)
+    agent = node_agent(cluster, root, settings)
     env = SpotEnv(cluster, agent, gpus, root, metrics)
     env.write_metrics({g: None for g in GPUS})  # unknown until told otherwise: never idle
     try:
+        if start_fake_gpus:
+            gpus.start()
         env.wait(f"{FAKE_RESOURCE}=2", lambda: env.allocatable(FAKE_RESOURCE) == "2", 30)
         agent.start()
         agent.wait_healthy()
@@ -151,7 +148,8 @@ def spot_environment(cluster: Cluster, *, start_fake_gpus: bool = True) -> Itera
     finally:
         for ns in ("spot", "team"):
             cluster.kubectl("delete", "pods", "-n", ns, "--all", "--wait=true", "--timeout=60s", check=False)
-        agent.stop()
-        gpus.stop()
+        agent.close()
+        if start_fake_gpus:
+            gpus.stop()
         if not os.environ.get("GPUSHARE_KEEP_CLUSTER"):  # keep the agent log for a post-mortem on request
             shutil.rmtree(root, ignore_errors=True)

@@ -1,11 +1,14 @@
-# `make demo`: one-node cluster + 2 fake GPUs + the gpushare agent as a host process, and a
-# walk-through (DinD, 8 share-gpu-4 replicas on 2 shadows, gpushare status). Leaves it running;
-# `make demo-down` removes everything. Installs what it needs through the same steps as `make deps`.
+# `make demo`: one-node cluster + 2 fake GPUs + gpushare installed as an operator installs it (the
+# image from `make image` imported into the node's containerd, `helm install` of manifests/chart:
+# the agent is the DaemonSet's pod), and a walk-through (DinD, 8 share-gpu-4 replicas on 2
+# shadows, gpushare status). Leaves it running; `make demo-down` removes everything. Installs
+# what it needs through the same steps as `make deps`; GPUSHARE_AGENT_MODE=process runs the agent
+# and the fake GPUs as host processes instead.
 DEMO_ROOT ?= /tmp/gs-demo
 
 .PHONY: demo demo-down
 demo: venv
-	$(MAKE) -s kube-deps >&2
+	$(MAKE) -s kube-deps image helm >&2
 	$(PY) hack/demo.py up --root $(DEMO_ROOT)
 	$(MAKE) -s demo-spot
 

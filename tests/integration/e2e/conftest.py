@@ -1,13 +1,19 @@
 """End-to-end tier: the real one-node cluster (kubelet, containerd with NRI), the fake vendor
-device plugin for 2 GPUs, and ``gpushare agent`` as a host process — one of each per session.
+device plugin for 2 GPUs, and ``gpushare agent`` — one of each per session, installed as an
+operator does: the image `make image` builds, imported into the node's containerd, and
+``helm install`` of manifests/chart, so the agent is the DaemonSet's pod; the fake plugin is a
+DaemonSet too (tests/charts/fake-gpus). ``GPUSHARE_AGENT_MODE=process`` runs both as host
+processes instead (development); the tests that are about the install then skip.
 
-Skips (with the build command) when the cluster binaries are not built or not root, like the cluster tier.
+Skips (with the build command) when the cluster binaries or helm are not built or not root,
+like the cluster tier.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -18,8 +24,10 @@ from typing import Any
 
 import pytest
 
-from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, agent_for
+from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentHandle, AgentSettings, GpuPlugin
 from localcluster.cluster import Cluster
+from localcluster.deploy import fake_gpus, node_agent
+from localcluster.errors import ClusterUnavailable
 from localcluster.paths import REPO
 from tests.harness.cluster_fixture import cluster  # noqa: F401
 
@@ -29,8 +37,8 @@ IDLE_TIMEOUT_S = 3.0
 @dataclass
 class Env:
     cluster: Cluster
-    agent: AgentProcess
-    gpus: FakeGpus
+    agent: AgentHandle
+    gpus: GpuPlugin
     root: Path
     readmissions: list[str] = field(default_factory=list)
 
@@ -102,7 +110,7 @@ class Env:
         return {k: v for k, v in node["status"]["allocatable"].items() if "/" in k}
 
     def gpushare(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        cmd = [self.agent.argv[0], *args]
+        cmd = [GPUSHARE, *args]
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, cwd=REPO, env=env)
         if check and res.returncode != 0:
@@ -113,30 +121,49 @@ class Env:
 # Package scope (the folder has an __init__.py for it): the agent and its fake GPUs must be gone
 # before later tiers register their own plugins on the same shared cluster.
 @pytest.fixture(scope="package")
-def env(cluster: Cluster) -> Iterator[Env]:  # noqa: F811
+def env(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Env]:  # noqa: F811
     root = Path(tempfile.mkdtemp(prefix="gs-e2e", dir="/tmp"))
-    agent = agent_for(root, cluster, IDLE_TIMEOUT_S)
-    gpus = FakeGpus(root, str(cluster.device_plugin_dir))
-    gpus.start()
+    try:
+        gpus = fake_gpus(cluster, root)
+        agent = node_agent(cluster, root, AgentSettings(idle_s=IDLE_TIMEOUT_S))
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
     e = Env(cluster, agent, gpus, root)
     try:
+        gpus.start()
         e.wait(f"{FAKE_RESOURCE}=2 allocatable", lambda: e.allocatable().get(FAKE_RESOURCE) == "2", 30)
         agent.start()
         agent.wait_healthy()
         e.wait("share-gpu-4 registered", lambda: "gpushare/share-gpu-4" in e.allocatable(), 30)
+        report_timings(request, agent)
         yield e
     finally:
         if e.readmissions:
             print(f"\npods re-created after UnexpectedAdmissionError: {e.readmissions}")
-        agent.stop()
-        gpus.stop()
         _clean(cluster)
+        agent.close()
+        gpus.stop()
+        if not os.environ.get("GPUSHARE_KEEP_CLUSTER"):  # keep the agent's logs for a post-mortem on request
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def report_timings(request: pytest.FixtureRequest, agent: AgentHandle) -> None:
+    """How long the image import and the install took, on the terminal (not captured)."""
+    timings: dict[str, float] = getattr(agent, "timings", {})
+    if not timings:
+        return
+    line = ", ".join(f"{what} {took:.1f} s" for what, took in timings.items())
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n{request.node.nodeid or 'e2e'}: gpushare agent as the DaemonSet's pod: {line}")
 
 
 def _clean(c: Cluster) -> None:
-    # Sharers first (a shadow removed under its sharers would evict them), then shadows.
+    # Sharers first (a shadow removed under its sharers would evict them), then shadows; the agent's
+    # own pod in gpushare-system stays.
     c.kubectl("delete", "pods", "-A", "-l", "gpushare-e2e=1", "--wait=true", "--timeout=60s", check=False)
-    c.kubectl("delete", "pods", "-n", "gpushare-system", "--all", "--wait=true", "--timeout=60s", check=False)
+    shadows = "gpushare.k8s.io/role=shadow"
+    c.kubectl("delete", "pods", "-n", "gpushare-system", "-l", shadows, "--wait=true", "--timeout=60s", check=False)
 
 
 @pytest.fixture
@@ -144,6 +171,6 @@ def e2e(env: Env) -> Iterator[Env]:
     """The session's environment, with the agent running and no test pod left afterwards."""
     if not env.agent.alive():
         env.agent.start()
-        env.agent.wait_healthy()
+    env.agent.wait_healthy()
     yield env
     _clean(env.cluster)

@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+from localcluster.agent_pod import AgentPod
 from localcluster.paths import REPO
 from localcluster.pods import sharer
 from tests.integration.e2e.conftest import Env
@@ -95,18 +96,15 @@ def test_bad_config_is_refused_at_start_naming_the_key(e2e: Env) -> None:
 def test_manifests_pass_server_side_dry_run(e2e: Env) -> None:
     """The rendered manifests and the examples against the real API server (the chart's templates are
     not manifests until rendered; their rendering is checked by tests/unit/test_manifests_rendered.py)."""
-    res = e2e.cluster.kubectl(
-        "apply",
-        "--dry-run=server",
-        "-f",
-        str(REPO / "manifests"),
-        "-f",
-        str(REPO / "manifests" / "examples"),
-        check=False,
-    )
+    # With the chart installed, `apply` would merge each object into the installed one (whose metrics
+    # port is this cluster's); a dry-run `replace` checks each object whole.
+    verb = "replace" if isinstance(e2e.agent, AgentPod) else "apply"
+    res = e2e.cluster.kubectl(verb, "--dry-run=server", "-f", str(REPO / "manifests"), check=False)
     assert res.returncode == 0, res.stderr
     assert "(server dry run)" in res.stdout
     assert "daemonset.apps/gpushare-agent" in res.stdout, res.stdout
+    res = e2e.cluster.kubectl("apply", "--dry-run=server", "-f", str(REPO / "manifests" / "examples"), check=False)
+    assert res.returncode == 0, res.stderr
 
 
 def test_rbac_grants_every_call_the_agent_makes(e2e: Env) -> None:

@@ -1,0 +1,76 @@
+"""gpushare on a local cluster the way an operator installs it (docs/install.md): the image
+``make image`` builds, imported into the cluster's containerd (namespace ``k8s.io``), then
+``helm install`` of ``manifests/chart`` (``AgentPod``); the fake vendor plugin the same way, from
+its test chart ``tests/charts/fake-gpus`` (``FakeGpuRelease``).
+
+    gpus = fake_gpus(cluster, side)                        # a FakeGpuRelease, or a FakeGpus process
+    agent = node_agent(cluster, side, AgentSettings())     # an AgentPod, or an AgentProcess
+    gpus.start(); agent.start(); agent.wait_healthy()
+
+``GPUSHARE_AGENT_MODE=process`` makes both host processes instead (development). Paths in the
+chart values are the host's as containerd sees them: containerd resolves hostPath volumes in
+its own mount namespace, the host's, while kubelet runs in a private one (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from localcluster.agent import FAKE_RESOURCE, AgentHandle, AgentSettings, FakeGpus, GpuPlugin, agent_mode, process_agent
+from localcluster.agent_pod import AgentPod
+from localcluster.cluster import Cluster
+from localcluster.helm import Helm, daemonset_ready, import_image, wait_pods_gone, write_values
+from localcluster.host import free_port
+from localcluster.paths import REPO
+
+FAKE_GPUS_CHART = REPO / "tests" / "charts" / "fake-gpus"
+FAKE_GPUS_RELEASE = "fake-gpus"
+FAKE_GPUS_NAMESPACE = "gpu-vendor"
+
+
+class FakeGpuRelease:
+    """The fake vendor plugin as a DaemonSet, installed with helm from tests/charts/fake-gpus."""
+
+    def __init__(self, cluster: Cluster, side: Path, count: int = 2) -> None:
+        self.cluster = cluster
+        self.count = count
+        self.dev_dir = side / "dev"
+        self.values = side / "fake-gpus-values.yaml"
+        self.helm = Helm(cluster)
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        import_image(self.cluster)
+        values = {
+            "count": self.count,
+            "resource": FAKE_RESOURCE,
+            "kubeletRootDir": str(self.cluster.kubelet_root),
+            "devDir": str(self.dev_dir),
+        }
+        write_values(self.values, values)
+        self.helm.install(FAKE_GPUS_RELEASE, FAKE_GPUS_CHART, FAKE_GPUS_NAMESPACE, self.values, "--create-namespace")
+        self.cluster.wait_for(
+            "the fake-gpus DaemonSet ready",
+            lambda: daemonset_ready(self.cluster, FAKE_GPUS_NAMESPACE, "fake-gpus"),
+            timeout_s,
+        )
+
+    def stop(self) -> None:
+        self.helm.uninstall(FAKE_GPUS_RELEASE, FAKE_GPUS_NAMESPACE)
+        wait_pods_gone(self.cluster, FAKE_GPUS_NAMESPACE, "app.kubernetes.io/name=fake-gpus")
+        self.cluster.kubectl("delete", "namespace", FAKE_GPUS_NAMESPACE, "--wait=false", check=False)
+
+
+def node_agent(cluster: Cluster, side: Path, settings: AgentSettings, mode: str | None = None) -> AgentHandle:
+    """The (not yet started) agent of a harness cluster: the DaemonSet's pod, or a host process."""
+    side.mkdir(parents=True, exist_ok=True)
+    if (mode or agent_mode()) == "process":
+        return process_agent(cluster, side, settings)
+    return AgentPod(cluster, side, settings, free_port())
+
+
+def fake_gpus(cluster: Cluster, side: Path, count: int = 2, mode: str | None = None) -> GpuPlugin:
+    """The (not yet started) fake vendor plugin: a DaemonSet, or a host process."""
+    side.mkdir(parents=True, exist_ok=True)
+    if (mode or agent_mode()) == "process":
+        return FakeGpus(side, str(cluster.device_plugin_dir), count)
+    return FakeGpuRelease(cluster, side, count)

@@ -1,0 +1,95 @@
+"""The chart's values for where the agent runs: the API server endpoint, kubelet's root dir, the
+log format and extra flags, a metrics file on the node, and the rolling restart on a config change.
+
+Rendered with the helm binary `make helm` builds (tests/unit/test_manifests_rendered.py fails,
+never skips, when it is missing); a value that cannot work must fail the render naming itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from gpushare.config import load_config
+from tests.unit.test_manifests_rendered import CHART, _helm, _one, _pod_spec, _template
+
+
+def _agent(spec: dict[str, Any]) -> dict[str, Any]:
+    (agent,) = spec["containers"]
+    return dict(agent)
+
+
+def _refused(*sets: str) -> str:
+    args = [str(_helm()), "template", "gpushare", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode != 0, f"helm template accepted {sets}"
+    return proc.stderr
+
+
+def test_the_agent_runs_in_the_nodes_network_and_pid_namespaces() -> None:
+    spec = _pod_spec(_template())
+    assert (spec["hostNetwork"], spec["hostPID"]) == (True, True)
+
+
+def test_api_server_values_become_the_in_cluster_clients_endpoint() -> None:
+    env = {e["name"]: e.get("value") for e in _agent(_pod_spec(_template()))["env"]}
+    assert set(env) == {"NODE_NAME"}  # default: the kubernetes service kubelet names
+    spec = _pod_spec(_template("apiServer.host=10.0.0.10", "apiServer.port=6443"))
+    env = {e["name"]: e.get("value") for e in _agent(spec)["env"]}
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.0.0.10", "6443")
+
+
+def test_half_an_api_server_is_refused_naming_the_missing_value() -> None:
+    assert "apiServer.port is set but apiServer.host is empty" in _refused("apiServer.port=6443")
+    assert "apiServer.host is set but apiServer.port is empty" in _refused("apiServer.host=10.0.0.10")
+
+
+def test_kubelet_root_dir_moves_the_mounts_and_the_config() -> None:
+    docs = _template("kubelet.rootDir=/data/kubelet/")
+    spec = _pod_spec(docs)
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert (host["device-plugins"], host["pod-resources"]) == (
+        "/data/kubelet/device-plugins",
+        "/data/kubelet/pod-resources",
+    )
+    mounts = {m["name"]: m["mountPath"] for m in _agent(spec)["volumeMounts"]}
+    assert (mounts["device-plugins"], mounts["pod-resources"]) == (host["device-plugins"], host["pod-resources"])
+    cfg = load_config(text=_one(docs, "ConfigMap")["data"]["config.yaml"])
+    assert cfg.kubelet.device_plugin_dir == "/data/kubelet/device-plugins/"
+    assert cfg.kubelet.pod_resources_socket == "/data/kubelet/pod-resources/kubelet.sock"
+    assert "kubelet.rootDir must be an absolute path" in _refused("kubelet.rootDir=var/lib/kubelet")
+    # The old per-path values would be ignored silently: refused, naming what replaces them.
+    assert "kubelet.rootDir names kubelet's root dir" in _refused("config.kubelet.devicePluginDir=/x/")
+
+
+def test_log_format_and_extra_flags_reach_the_command() -> None:
+    command = _agent(_pod_spec(_template("logFormat=text", "extraArgs={--period,1}", "spot.enabled=false")))["command"]
+    assert command[:4] == ["gpushare", "--log-format", "text", "agent"]
+    assert command[-3:] == ["--no-spot", "--period", "1"]
+    assert "logFormat must be json or text" in _refused("logFormat=xml")
+
+
+def test_a_metrics_file_on_the_node_is_mounted_read_only_with_its_directory() -> None:
+    docs = _template("config.metrics.source=/run/exporter/dcgm.prom", "config.metrics.processLevel=true")
+    spec = _pod_spec(docs)
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "metrics-source"]
+    assert volume["hostPath"] == {"path": "/run/exporter", "type": "Directory"}
+    (mount,) = [m for m in _agent(spec)["volumeMounts"] if m["name"] == "metrics-source"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/run/exporter", True)
+    cfg = load_config(text=_one(docs, "ConfigMap")["data"]["config.yaml"])
+    assert (cfg.metrics.source, cfg.metrics.process_level) == ("/run/exporter/dcgm.prom", True)
+    # A URL needs no mount.
+    assert not [v for v in _pod_spec(_template())["volumes"] if v["name"] == "metrics-source"]
+    assert "must be a URL or an absolute file path" in _refused("config.metrics.source=dcgm.prom")
+
+
+def test_a_config_change_rolls_the_agents_and_nothing_else_does() -> None:
+    def checksum(*sets: str) -> str:
+        spec: dict[str, Any] = _one(_template(*sets), "DaemonSet")["spec"]["template"]
+        return str(spec["metadata"]["annotations"]["checksum/config"])
+
+    base = checksum()
+    assert checksum("config.shareSpecs={2,3,4,5,6}") != base
+    assert checksum("resources.limits.memory=512Mi") == base
