@@ -24,3 +24,6 @@ image: venv image-deps
 
 image-kmod: venv image-deps
 	$(PY) hack/image/build.py kmod $(IMAGE_IMPORT) $(IMAGE_ARGS)
+
+# The e2e, spot and doctor tiers install the agent from its image, so a fresh machine needs the builder.
+DEPS += image-deps
