@@ -57,7 +57,9 @@ class FakeGpuRelease:
     def stop(self) -> None:
         self.helm.uninstall(FAKE_GPUS_RELEASE, FAKE_GPUS_NAMESPACE)
         wait_pods_gone(self.cluster, FAKE_GPUS_NAMESPACE, "app.kubernetes.io/name=fake-gpus")
-        self.cluster.kubectl("delete", "namespace", FAKE_GPUS_NAMESPACE, "--wait=false", check=False)
+        # Wait for the namespace to go: the next tier's install of the same release into it would
+        # otherwise be refused while it is still terminating.
+        self.cluster.kubectl("delete", "namespace", FAKE_GPUS_NAMESPACE, "--ignore-not-found", "--timeout=120s")
 
 
 def node_agent(cluster: Cluster, side: Path, settings: AgentSettings, mode: str | None = None) -> AgentHandle:
