@@ -15,12 +15,24 @@ import typer
 
 from controller.agent import Agent
 from controller.commands import load_config_or_exit, parse_spot_from, stop_on_signals
+from controller.spot.notice_socket import notice_socket_factory
 from controller.spot.runtime import SpotRuntime
-from gpushare.config import effective_config, with_overrides
+from gpushare.config import Config, effective_config, with_overrides
 from gpushare.errors import GpushareError
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
+
+
+KmodSocketOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kmod-socket",
+        envvar="GPUSHARE_KMOD_SOCKET",
+        help="benchmark/test seam, never for production: take kernel notices from, and send gpukmod "
+        "commands to, a peer listening on this unix socket instead of gpukmod (docs/spot.md)",
+    ),
+]
 
 
 def agent(
@@ -47,6 +59,7 @@ def agent(
     kmod: Annotated[
         bool, typer.Option("--kmod/--no-kmod", help="use gpukmod for owner returns when it is loaded")
     ] = True,
+    kmod_socket: KmodSocketOption = None,
 ) -> None:
     """Run the node agent until SIGTERM/SIGINT; one log line per decision."""
     cfg = load_config_or_exit(config)
@@ -58,7 +71,7 @@ def agent(
         sources = parse_spot_from(spot_from or [], cfg.real_resources[0])
         if listen is not None:
             cfg = with_overrides(cfg, metrics=dataclasses.replace(cfg.metrics, listen=listen))
-        spot_runtime = SpotRuntime.from_config(cfg, use_kmod=kmod) if spot else None
+        spot_runtime = _spot_runtime(cfg, spot=spot, kmod=kmod, kmod_socket=kmod_socket)
         runner = Agent(
             cfg,
             kubeconfig=kubeconfig,
@@ -76,3 +89,18 @@ def agent(
     # `kill -USR1 <pid>`: every thread's stack to stderr, for a loop that stopped passing (/healthz 503).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     runner.run()
+
+
+def _spot_runtime(cfg: Config, *, spot: bool, kmod: bool, kmod_socket: str | None) -> SpotRuntime | None:
+    """The spot runtime the flags ask for (None with --no-spot); exits 2 on flags that contradict."""
+    if kmod_socket is not None and not (spot and kmod):
+        typer.echo("gpushare: --kmod-socket stands in for gpukmod: it needs --spot and --kmod", err=True)
+        raise typer.Exit(2)
+    if not spot:
+        return None
+    runtime = SpotRuntime.from_config(cfg, use_kmod=kmod)
+    if kmod_socket is not None:
+        where = f"the test socket {kmod_socket} (--kmod-socket; not gpukmod)"
+        runtime.bridge.use_client_factory(notice_socket_factory(kmod_socket), where=where)
+        log.warning("gpukmod replaced by a test socket: for benchmarks and tests only", extra=kv(path=kmod_socket))
+    return runtime

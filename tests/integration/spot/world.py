@@ -1,8 +1,8 @@
 """A lendable owner and its borrowers as plain pod data, and one agent pass over them.
 
-Shared by ``bench/spot_return.py`` and the QEMU guest test (``tests/integration/kernel/guest/
-guest_spot.py``): the same decision code and runtime hooks the agent's loop uses, without an
-API server. Evict (an API call) is not applied; everything else is, in plan order.
+Used by the QEMU guest test (``tests/integration/kernel/guest/guest_spot.py``): the same
+decision code and runtime hooks the agent's loop uses, without an API server. Evict (an API
+call) is not applied; everything else is, in plan order.
 """
 
 from __future__ import annotations
