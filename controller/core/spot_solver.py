@@ -202,6 +202,14 @@ def _back(owner: Owner, pods: list[SpotPod], signal: str, inputs: _Inputs) -> _O
     return replace(out, urgent=out.urgent + kmod, undetected=frozenset({owner.pidns}), returned=owner.real_ids)
 
 
+def _reclaiming(owner: Owner, pods: list[SpotPod]) -> _Outcome:
+    """Back stays back while a borrower is still being deleted: kubelet may restart a killed
+    container until the delete reaches it, so the device stays Unhealthy and every pass kills again;
+    lending again now would hand the owner's GPU to the restarted container."""
+    message = f"gpushare: the GPU of {owner.container_key} is being taken back from its borrowers"
+    return _reclaim(owner.container_key, owner.real_ids, pods, REASON_OWNER_BACK, message, state=SpotState.BACK)
+
+
 def _stolen(owner: Owner, pods: list[SpotPod], inputs: _Inputs) -> _Outcome:
     """Stolen stays stolen; unknown metrics (or lending blocked) close the device to new borrowers
     but keep this one."""
@@ -251,6 +259,8 @@ def _step_owner(owner: Owner, inputs: _Inputs) -> _Outcome:
     signal = _back_signal(owner, pods, inputs)
     if signal and (pods or _is_watched(owner, inputs)):
         return _back(owner, pods, signal, inputs)
+    if any(p.facts.is_terminating for p in pods):
+        return _reclaiming(owner, pods)
     if pods:
         return _stolen(owner, pods, inputs)
     ends = _window_ends(owner, inputs)

@@ -276,6 +276,17 @@ def test_terminating_borrower_is_killed_but_not_deleted_twice() -> None:
     assert evictions(plan) == []
 
 
+def test_the_pass_after_a_return_does_not_lend_again_while_the_borrower_is_being_deleted() -> None:
+    # The notice was handled and the delete accepted; kubelet can still restart the killed container
+    # until the delete reaches it. With no return signal left and the owner idle, lending again now
+    # would hand the owner's GPU to that restarted container.
+    plan = run(world(borrower=True, borrower_deleting=True), idle(), kmod=LENT)
+    assert state(plan) == SpotState.BACK
+    assert health(plan)["spot-GPU-0"] is False
+    assert [a for a in plan.actions if isinstance(a, KillPods)] == [KillPods((PodToKill(JOB, 2),), REASON_OWNER_BACK)]
+    assert evictions(plan) == [] and plan.lent_real_ids == ()
+
+
 @pytest.mark.parametrize(
     ("kw", "reason"),
     [
