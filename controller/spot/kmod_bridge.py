@@ -1,7 +1,7 @@
 """gpukmod as spot sees it: the loop's KmodCommands applied, the module's notices queued.
 
-A notice is handed first to ``on_notice`` (the spot runtime kills the owner's borrowers and
-calls ``release`` right there, on the notice thread), which also queues it for the next pass.
+A notice is handed first to ``on_notice`` (the spot runtime starts a thread that kills the
+owner's borrowers and calls ``release``), which also queues it for the next pass and wakes it.
 
 An absent or unloaded module is not an error: spot then works on utilization alone, and
 the module is looked for again every ``KMOD_RETRY_S`` (it may be loaded later).
@@ -131,14 +131,18 @@ class KmodBridge:
 
     def _on_notice(self, pidns: int) -> None:
         at = self._clock()
-        try:
-            if self.on_notice is not None:
-                self.on_notice(pidns, at)  # the spot runtime's return path: it queues the notice itself
-            else:
-                self.queue_notice(pidns, at)
-        finally:
-            self._wake()  # the pass that does the rest (after the return path, when there is one)
+        if self.on_notice is not None:
+            # The spot runtime's return path: it queues the notice and wakes the pass itself, once
+            # the kill is done, so no pass competes with the kill for the CPU.
+            self.on_notice(pidns, at)
+        else:
+            self.queue_notice(pidns, at)
+            self._wake()
         log.info("spot kernel notice", extra=kv(pidns=pidns))
+
+    def wake(self) -> None:
+        """Wake the pass that handles queued notices."""
+        self._wake()
 
     def queue_notice(self, pidns: int, at: float) -> None:
         """Hand a notice (and its arrival time) to the next pass's ``drain``."""

@@ -10,7 +10,7 @@
 
 The owner waits only for the kill. Each pass hands the runtime its return table
 (``SpotPlan.returns``: which borrowers each watched owner's notice must kill). A kernel notice
-is acted on right on the notice thread, before any pass: the owner's spot devices turn
+is acted on at once, on a thread of its own (gpushare-spot-return), before any pass: the owner's spot devices turn
 Unhealthy, its borrowers are killed (returning the moment their pod cgroups are empty, or at
 the bound), the notice is queued for the pass, and the owner's held ioctl is released. Only then
 does the pass run, deleting the pods and writing the Events; its own kill finds nothing left
@@ -203,7 +203,10 @@ class SpotRuntime:
     # --- the return path (notice thread) and kills off the pass ----------------------------------------
 
     def _on_notice(self, pidns: int, at: float) -> None:
-        """A kernel notice: kill the owner's borrowers from the last pass's table and release it now."""
+        """A kernel notice: start killing the owner's borrowers (from the last pass's table) at once.
+
+        Each armed notice gets its own thread, so owners returning together are killed together
+        rather than one after another on the notice thread."""
         with self._lock:
             target = self._returns.get(pidns)
             first = self._take_first(target.kill) if target is not None and target.kill is not None else frozenset()
@@ -211,7 +214,14 @@ class SpotRuntime:
                 self._kills_running += 1
         if target is None:  # not an owner the last pass armed: the pass decides
             self.bridge.queue_notice(pidns, at)
+            self.bridge.wake()
             return
+        threading.Thread(
+            target=self._return, args=(pidns, at, target, first), name="gpushare-spot-return", daemon=True
+        ).start()
+
+    def _return(self, pidns: int, at: float, target: ReturnTarget, first: frozenset[str]) -> None:
+        """Close the owner's spot devices, kill its borrowers, release the owner, then wake the pass."""
         outcome: KillOutcome | None = None
         released_at: float | None = None
         try:
@@ -224,7 +234,8 @@ class SpotRuntime:
                 released_at = self._release(pidns, target)
             self._record(ReturnRecord(outcome, first, at, released_at, target.owner))
         finally:
-            self._end_kill()  # the bridge wakes the loop once this returns
+            self._end_kill()
+            self.bridge.wake()  # the pass deletes the pods and writes the Events, off the owner's path
 
     def _kill_off_path(self, action: KillPods, first: frozenset[str], signal_at: float | None) -> None:
         try:

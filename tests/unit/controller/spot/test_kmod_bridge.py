@@ -82,8 +82,12 @@ def test_a_notice_goes_to_the_return_path_first_and_release_keeps_the_view_armed
     bridge.on_notice = lambda pidns, at: seen.append((pidns, at))
     assert client.callback is not None
     client.callback(3)
-    # The return path decides when the notice is queued; the loop is woken once it is done.
-    assert seen == [(3, 5.0)] and bridge.drain() == [] and wakes == [1]
+    # The return path decides when the notice is queued and wakes the loop itself once it is done,
+    # so no pass competes with the kill.
+    assert seen == [(3, 5.0)] and bridge.drain() == [] and wakes == []
+    bridge.on_notice = None
+    client.callback(4)  # no return path: queued and the pass woken here
+    assert bridge.drain() == [(4, 5.0)] and wakes == [1]
     bridge.queue_notice(3, 5.0)
     bridge.release(3)
     assert client.calls[-1] == ("release", 3)

@@ -57,6 +57,7 @@ class World:
     def notice(self, pidns: int = PIDNS) -> None:
         assert self.client.callback is not None
         self.client.callback(pidns)
+        assert self.rt.wait_dead(5)  # the return runs on a thread of its own
 
     def metrics(self) -> list[str]:
         return render_text(self.rt.counters).splitlines()
@@ -220,10 +221,19 @@ def test_a_notice_kills_real_borrower_pods_through_their_pod_cgroups(
         rt.arm({PIDNS: ReturnTarget(PIDNS, "team/owner/app", ("GPU-0",), kill)})
         before = pods.all_pids()
         assert len(before) >= 2 * 2 * 4
+        left_at_release: list[list[int]] = []
+        release = client.release
+
+        def release_and_look(*ids: int) -> None:
+            left_at_release.append(pods.all_pids())
+            release(*ids)
+
+        client.release = release_and_look  # type: ignore[method-assign]
         assert client.callback is not None
         client.callback(PIDNS)
+        assert rt.wait_dead(10)  # the return runs on a thread of its own
         # By the time the owner is released, no task of either pod is left.
-        assert client.calls == [("release", PIDNS)]
+        assert client.calls == [("release", PIDNS)] and left_at_release == [[]]
         assert pods.all_pids() == [] and all(code == -9 for code in pods.reap())
         assert rt.counters.total == 1 and not rt.counters.kill_errors and rt.counters.bound_exceeded == 0
         assert rt.last_return["signalled"] >= 2 * 2 * 4 and rt.last_return["pods"] == ["spot/job0", "spot/job1"]
