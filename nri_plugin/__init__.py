@@ -2,8 +2,8 @@
 
 ``Stub`` owns the wire (mux + ttrpc, register, configure, synchronize, reconnect);
 ``Injector`` is the plugin object (one method per event); ``BundleCache`` is its index of this
-node's containers; ``decide`` is the pure decision code; ``AllocationOracle`` and
-``DeviceResolver`` are what the controller injects.
+node's containers; ``decide`` is the pure decision code; ``AllocationOracle``,
+``DeviceResolver``, ``HolderOracle`` and ``LendState`` are what the controller injects.
 """
 
 from nri_plugin.bundles import BundleCache
@@ -17,7 +17,7 @@ from nri_plugin.errors import (
     TransportError,
 )
 from nri_plugin.injector import Injector
-from nri_plugin.oracle import AllocationOracle, DeviceResolver
+from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState
 from nri_plugin.stub import Stub, derive_mask
 
 __all__ = [
@@ -26,7 +26,10 @@ __all__ = [
     "ConnectionClosed",
     "DeadlineExceeded",
     "DeviceResolver",
+    "Holder",
+    "HolderOracle",
     "Injector",
+    "LendState",
     "NriError",
     "OracleUnavailable",
     "ProtocolError",

@@ -22,6 +22,9 @@ Rules:
 - The bundle is the source's character devices under /dev (other types and paths are skipped;
   a source with none left is refused), its visibility variables and its ``cdi.k8s.io/``
   annotations. Nothing is ever removed from the target.
+- Real IDs (spot) are injected only while the agent says each lend is active. Their bundle is
+  the vendor plugin's own answer for exactly those IDs, or else the nodes of the container
+  kubelet allocated them to that the vendor's rule (``device_rules``) says are those GPUs'.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from gpushare import keys
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.errors import InstructionRefused
 from gpushare.ids import parse_spot_id, parse_virtual_id_or_none
+from nri_plugin.device_rules import gpu_nodes
 from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, SourceRecord
+from nri_plugin.oracle import Holder
 
 RETRY_HINT = "kubelet retries container creation with back-off, so the pod converges once it exists"
 
@@ -180,13 +185,17 @@ def decide(
     *,
     allocated: Mapping[str, frozenset[str]] | None = None,
     resolved: Mapping[str, Bundle] | None = None,
+    holders: Mapping[str, Holder] | None = None,
+    lends: Mapping[str, str | None] | None = None,
 ) -> Decision:
     """Decide the adjustment for ``container`` of ``pod``.
 
     ``allocated`` is the oracle's answer for this container (None: no oracle configured, so
-    cross-pod instructions are refused). ``resolved`` maps a real resource name to the bundle a
-    ``DeviceResolver`` produced for the requested IDs (only consulted when no known container
-    holds exactly those IDs).
+    cross-pod instructions are refused). For real IDs (spot): ``resolved`` maps a real resource
+    to the vendor's own bundle for exactly the requested IDs (``DeviceResolver``); ``holders``
+    maps a real ID to the container kubelet allocated it to (``HolderOracle``), used for a
+    resource the vendor did not resolve; ``lends`` maps each real ID to None while its lend to
+    this pod is active, else to why not (``LendState``; None: no lend state, so refused).
     """
     if isinstance(instruction, SamePod):
         return _decide_same_pod(instruction, pod, container, view)
@@ -197,7 +206,16 @@ def decide(
         )
     if isinstance(instruction, ShadowSource):
         return _decide_shadow(instruction.spec, pod, container, view, allocated)
-    return _decide_real_ids(instruction.spec, pod, container, view, allocated=allocated, resolved=resolved or {})
+    return decide_real_ids(
+        instruction.spec,
+        pod,
+        container,
+        view,
+        allocated=allocated,
+        resolved=resolved or {},
+        holders=holders or {},
+        lends=lends,
+    )
 
 
 def _decide_same_pod(instr: SamePod, pod: PodInfo, container: ContainerInfo, view: RuntimeView) -> Decision:
@@ -253,7 +271,18 @@ def _belongs_to(vid: str, namespace: str, shadow: str) -> bool:
     return parsed is not None and (parsed.namespace, parsed.shadow) == (namespace, shadow)
 
 
-def _decide_real_ids(
+def confirmed_real_ids(spec: DevicesIds, allocated: Mapping[str, frozenset[str]]) -> bool:
+    """Whether kubelet lists for the container ``spot-<id>`` for exactly the instructed real IDs."""
+    wanted = frozenset(rid for _, ids in spec.by_resource for rid in ids)
+    return _spot_held(allocated) == wanted
+
+
+def _spot_held(allocated: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    spot_ids = allocated.get(keys.RESOURCE_SPOT_GPU, frozenset())
+    return frozenset(rid for rid in map(parse_spot_id, spot_ids) if rid is not None)
+
+
+def decide_real_ids(
     spec: DevicesIds,
     pod: PodInfo,
     container: ContainerInfo,
@@ -261,35 +290,109 @@ def _decide_real_ids(
     *,
     allocated: Mapping[str, frozenset[str]],
     resolved: Mapping[str, Bundle],
+    holders: Mapping[str, Holder],
+    lends: Mapping[str, str | None] | None,
 ) -> Decision:
     wanted = frozenset(rid for _, ids in spec.by_resource for rid in ids)
-    spot_ids = allocated.get(keys.RESOURCE_SPOT_GPU, frozenset())
-    held = frozenset(rid for rid in map(parse_spot_id, spot_ids) if rid is not None)
+    held = _spot_held(allocated)
     if held != wanted:
         raise InstructionRefused(
             f"gpushare: PodResources does not confirm that container {container.name!r} of {pod.ref} holds "
             f"{keys.RESOURCE_SPOT_GPU} devices for exactly {sorted(wanted)} (kubelet lists "
             f"{sorted(held) or 'none'}); refused (design §8)"
         )
+    _check_lends(sorted(wanted), pod, lends)
     bundle = Bundle()
     skipped: list[str] = []
     sources: list[str] = []
     for resource, ids in spec.by_resource:
-        holder = view.holder_of(frozenset(ids))
-        if holder is not None and holder.container_id != container.id:
-            part, skip = _source_bundle(holder, f"the container holding {resource} {list(ids)}")
-            holder_pod = view.pods.get(holder.pod_id)
-            sources.append(f"{holder_pod.ref if holder_pod else holder.pod_id}/{holder.name}")
-        elif resource in resolved:
-            part, skip = _source_bundle(
-                SourceRecord("", "", "", resolved[resource]), f"the resolved bundle of {resource} {list(ids)}"
-            )
-            sources.append(f"resolver:{resource}")
+        if resource in resolved:
+            part, skip = _vendor_bundle(resolved[resource], resource, ids)
+            sources.append(f"vendor:{resource}")
         else:
-            raise InstructionRefused(
-                f"gpushare: no container on this node is known to hold exactly {resource} {list(ids)}, so their "
-                "device nodes are unknown; the owner's container must be running on this node (design §5)"
-            )
+            part, skip, names = _holder_bundle(resource, ids, container, view, holders)
+            sources.extend(names)
         bundle = bundle.merged(part)
         skipped.extend(skip)
     return Decision(",".join(sources), _added(bundle, container), tuple(skipped))
+
+
+def _check_lends(wanted: list[str], pod: PodInfo, lends: Mapping[str, str | None] | None) -> None:
+    if lends is None:
+        raise InstructionRefused(
+            f"gpushare: no lend state is available to confirm that {wanted} are lent to pod {pod.ref} now; "
+            "spot GPUs are injected only by the gpushare agent, which knows the node's lends (docs/nri.md)"
+        )
+    for rid in wanted:
+        why = lends.get(rid, "the agent has no record of it")
+        if why is not None:
+            raise InstructionRefused(
+                f"gpushare: lend of GPU {rid} to pod {pod.ref} ended: {why}; a spot GPU is injected only while "
+                "its lend is active, so this container is not created (the agent deletes a reclaimed borrower; "
+                "create a new spot pod to borrow again)"
+            )
+
+
+def _vendor_bundle(vendor: Bundle, resource: str, ids: tuple[str, ...]) -> tuple[Bundle, tuple[str, ...]]:
+    """The vendor's own answer: its usable nodes; env and CDI annotations as it gave them.
+
+    A vendor whose runtime hook adds the nodes (NVIDIA's envvar strategy) answers with a
+    visibility variable alone, so an answer without nodes is fine while it names something."""
+    devices, skipped = usable_devices(vendor.devices)
+    if not (devices or vendor.env or vendor.annotations):
+        detail = f" (skipped: {', '.join(skipped)})" if skipped else ""
+        raise InstructionRefused(
+            f"gpushare: the vendor device plugin's Allocate answer for {resource} {list(ids)} gives no usable "
+            f"device node, visibility variable or CDI annotation{detail}; refused (docs/nri.md)"
+        )
+    return Bundle(devices, vendor.env, vendor.annotations), skipped
+
+
+def _holder_bundle(
+    resource: str,
+    ids: tuple[str, ...],
+    target: ContainerInfo,
+    view: RuntimeView,
+    holders: Mapping[str, Holder],
+) -> tuple[Bundle, tuple[str, ...], list[str]]:
+    """The lent GPUs' part of the bundles of the containers kubelet allocated them to."""
+    groups: dict[Holder, list[str]] = {}
+    for rid in ids:
+        holder = holders.get(rid)
+        if holder is None:
+            raise InstructionRefused(
+                f"gpushare: kubelet lists no container on this node holding {resource} {rid}, and the vendor device "
+                "plugin did not resolve it, so its device nodes are unknown; the owner's container must be "
+                "running on this node (design §5)"
+            )
+        groups.setdefault(holder, []).append(rid)
+    bundle = Bundle()
+    skipped: list[str] = []
+    env: dict[str, list[str]] = {}  # variable -> the lent IDs it names, over every holder
+    for holder, lent in groups.items():
+        record = view.container_of(holder.namespace, holder.pod, holder.container)
+        if record is None or record.container_id == target.id or record.is_recipient:
+            raise InstructionRefused(
+                f"gpushare: container {holder.ref}, which kubelet allocated {resource} {lent} to, is not a created "
+                f"container on this node holding them yet; {RETRY_HINT}"
+            )
+        devices, skip = usable_devices(record.bundle.devices)
+        nodes = gpu_nodes(resource, lent, holder.ids, devices, holder.ref)
+        bundle = bundle.merged(Bundle(nodes, (), _lent_cdi(record, holder, lent)))
+        for name in _naming_allocation(record.bundle.env, holder.ids):
+            env.setdefault(name, []).extend(lent)
+        skipped.extend(skip)
+    lent_env = tuple((name, ",".join(sorted(rids, key=ids.index))) for name, rids in env.items())
+    return bundle.merged(Bundle((), lent_env)), tuple(skipped), [h.ref for h in groups]
+
+
+def _naming_allocation(env: tuple[tuple[str, str], ...], allocated: frozenset[str]) -> list[str]:
+    """The holder's visibility variables that name exactly what kubelet allocated it. The borrower
+    gets them naming only the lent IDs; any other value (the tenant's own, another ID set) is not
+    carried."""
+    return [name for name, value in env if frozenset(p.strip() for p in value.split(",")) == allocated]
+
+
+def _lent_cdi(record: SourceRecord, holder: Holder, lent: list[str]) -> tuple[tuple[str, str], ...]:
+    """CDI annotations name the holder's whole allocation: carried only when all of it is lent."""
+    return record.bundle.annotations if frozenset(lent) == holder.ids else ()

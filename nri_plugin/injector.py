@@ -2,8 +2,9 @@
 
 It keeps ``BundleCache`` current (Synchronize, CreateContainer, RemoveContainer,
 RemovePodSandbox) and, at CreateContainer, runs the pure decision code. The only I/O a handler
-may do is the ``AllocationOracle`` / ``DeviceResolver`` lookup for cross-pod instructions, which
-must be a cached lookup or bounded by a short timeout. Every decision logs one INFO line:
+may do is asking what the controller injected (``nri_plugin.oracle``: the allocation, and for
+spot the lend state, the vendor's bundle and kubelet's holder) for a cross-pod instruction, each
+a cached lookup or bounded by a short timeout. Every decision logs one INFO line:
 ``decision=inject|refuse pod=ns/name container=c source=... devices=N took_ms=...``.
 """
 
@@ -20,10 +21,10 @@ from gpushare.log import kv
 from nri_plugin import convert
 from nri_plugin._pb import nri_pb2
 from nri_plugin.bundles import BundleCache
-from nri_plugin.decide import Decision, RealIds, decide, find_instruction, is_cross_pod
+from nri_plugin.decide import Decision, RealIds, confirmed_real_ids, decide, find_instruction, is_cross_pod
 from nri_plugin.errors import OracleUnavailable
 from nri_plugin.model import Bundle, ContainerInfo, PodInfo
-from nri_plugin.oracle import AllocationOracle, DeviceResolver
+from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class Injector:
         *,
         oracle: AllocationOracle | None = None,
         resolver: DeviceResolver | None = None,
+        holders: HolderOracle | None = None,
+        lend_state: LendState | None = None,
         cache: BundleCache | None = None,
         on_decision: OnDecision | None = None,
         keep_timings: int = 100_000,
@@ -46,6 +49,8 @@ class Injector:
         self.cache = cache if cache is not None else BundleCache(config.visibility_env)
         self._oracle = oracle
         self._resolver = resolver
+        self._holders = holders
+        self._lend_state = lend_state
         self._on_decision = on_decision
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
 
@@ -127,7 +132,6 @@ class Injector:
             return None
         view = self.cache.view
         allocated: Mapping[str, frozenset[str]] | None = None
-        resolved: dict[str, Bundle] = {}
         if is_cross_pod(instruction) and self._oracle is not None:
             try:
                 allocated = self._oracle.allocated_ids(pod.namespace, pod.name, info.name)
@@ -136,10 +140,56 @@ class Injector:
                     f"gpushare: cannot confirm the allocation of container {info.name!r} of {pod.ref}: {exc}; "
                     "cross-pod instruction refused (design §8)"
                 ) from exc
-        if isinstance(instruction, RealIds) and self._resolver is not None and allocated is not None:
-            for resource, ids in instruction.spec.by_resource:
-                if view.holder_of(frozenset(ids)) is None:
-                    bundle = self._resolver.resolve(resource, ids)
-                    if bundle is not None:
-                        resolved[resource] = bundle
-        return decide(instruction, pod, info, view, allocated=allocated, resolved=resolved)
+        if (
+            isinstance(instruction, RealIds)
+            and allocated is not None
+            and confirmed_real_ids(instruction.spec, allocated)
+        ):
+            resolved, holders, lends = self._spot_inputs(instruction, pod)
+            return decide(
+                instruction, pod, info, view, allocated=allocated, resolved=resolved, holders=holders, lends=lends
+            )
+        return decide(instruction, pod, info, view, allocated=allocated)
+
+    def _spot_inputs(
+        self, instruction: RealIds, pod: PodInfo
+    ) -> tuple[dict[str, Bundle], dict[str, Holder], dict[str, str | None] | None]:
+        """For a confirmed spot instruction: whether each lend is active, the vendor's bundles, and
+        kubelet's holder of every ID the vendor did not resolve. Only now, so a forged instruction
+        never makes us call the vendor plugin."""
+        spec = instruction.spec
+        try:
+            lends = None
+            if self._lend_state is not None:
+                lends = {
+                    rid: self._lend_state.lend_ended(rid, pod.namespace, pod.name, pod.uid)
+                    for _, ids in spec.by_resource
+                    for rid in ids
+                }
+            resolved: dict[str, Bundle] = {}
+            holders: dict[str, Holder] = {}
+            if lends is None or any(why is not None for why in lends.values()):
+                return resolved, holders, lends
+            for resource, ids in spec.by_resource:
+                bundle = self._resolve(resource, ids)
+                if bundle is not None:
+                    resolved[resource] = bundle
+                elif self._holders is not None:
+                    for rid in ids:
+                        holder = self._holders.holder_of(resource, rid)
+                        if holder is not None:
+                            holders[rid] = holder
+        except OracleUnavailable as exc:
+            raise InstructionRefused(
+                f"gpushare: cannot confirm the spot lend of {pod.ref} or where its GPU is: {exc}; refused (design §8)"
+            ) from exc
+        return resolved, holders, lends
+
+    def _resolve(self, resource: str, ids: tuple[str, ...]) -> Bundle | None:
+        if self._resolver is None:
+            return None
+        try:
+            return self._resolver.resolve(resource, ids)
+        except OracleUnavailable as exc:  # the holder's nodes may still serve
+            log.warning("vendor allocate unavailable", extra=kv(resource=resource, reason=str(exc)))
+            return None

@@ -11,9 +11,6 @@ from dataclasses import dataclass, field, replace
 
 from gpushare import keys
 
-# Values of a visibility variable that name no device (vendor conventions).
-_NON_IDS = frozenset({"", "all", "none", "void", "nodevfiles"})
-
 
 @dataclass(frozen=True)
 class DeviceNode:
@@ -80,14 +77,16 @@ class ContainerInfo:
 
 @dataclass(frozen=True)
 class SourceRecord:
-    """A container as a possible source: its bundle and the real IDs its visibility vars name."""
+    """A container as a possible source: its bundle, and whether we gave it (part of) that bundle.
+
+    Which real device IDs a container holds is never read from here (its environment is the
+    tenant's to write): kubelet says who holds them (``nri_plugin.oracle.HolderOracle``).
+    """
 
     container_id: str
     pod_id: str
     name: str
     bundle: Bundle
-    # One ID set per visibility variable (NVIDIA_VISIBLE_DEVICES=uuid1,uuid2 → {uuid1, uuid2}).
-    visible_id_sets: tuple[frozenset[str], ...] = ()
     # Given (part of) its bundle by us: a sharer, spot borrower or DinD target. It can still be a
     # same-pod source, but never the *holder* of real IDs: kubelet allocated them to someone else.
     is_recipient: bool = False
@@ -120,17 +119,11 @@ def record_of(container: ContainerInfo, visibility_env: Iterable[str], *, recipi
     wanted = set(visibility_env)
     env = tuple((k, v) for k, v in container.env if k in wanted)
     cdi = tuple(sorted((k, v) for k, v in container.annotations.items() if k.startswith(keys.CDI_ANNOTATION_PREFIX)))
-    id_sets = []
-    for _, value in env:
-        ids = frozenset(part.strip() for part in value.split(",")) - _NON_IDS
-        if ids:
-            id_sets.append(ids)
     return SourceRecord(
         container_id=container.id,
         pod_id=container.pod_id,
         name=container.name,
         bundle=Bundle(container.devices, env, cdi),
-        visible_id_sets=tuple(id_sets),
         is_recipient=recipient,
     )
 
@@ -144,9 +137,6 @@ class RuntimeView:
     containers: Mapping[str, SourceRecord] = field(default_factory=dict)
     _by_name: Mapping[tuple[str, str], str] = field(default_factory=dict)
     _pod_by_ref: Mapping[tuple[str, str], str] = field(default_factory=dict)
-    # Real-ID set -> every holder naming exactly it, oldest first. A list, not one slot: an owner
-    # restarting (new container id) overlaps its old container, and removing either must leave the other.
-    _by_ids: Mapping[frozenset[str], tuple[str, ...]] = field(default_factory=dict)
 
     # --- queries ---
     def pod_by_ref(self, namespace: str, name: str) -> PodInfo | None:
@@ -157,13 +147,10 @@ class RuntimeView:
         cid = self._by_name.get((pod_id, name))
         return self.containers.get(cid) if cid is not None else None
 
-    def holder_of(self, real_ids: frozenset[str]) -> SourceRecord | None:
-        """The container whose visibility variable names exactly these real IDs (latest wins).
-
-        Recipients of our injections are never holders (see ``SourceRecord.is_recipient``).
-        """
-        holders = self._by_ids.get(real_ids, ())
-        return self.containers.get(holders[-1]) if holders else None
+    def container_of(self, namespace: str, pod: str, name: str) -> SourceRecord | None:
+        """The latest container ``name`` of pod ``namespace/pod`` (what kubelet's rows name)."""
+        found = self.pod_by_ref(namespace, pod)
+        return self.container_named(found.id, name) if found is not None else None
 
     # --- updates (each returns a new view) ---
     def with_pod(self, pod: PodInfo) -> RuntimeView:
@@ -177,8 +164,7 @@ class RuntimeView:
     def with_container(self, record: SourceRecord) -> RuntimeView:
         containers = {**self.containers, record.container_id: record}
         by_name = {**self._by_name, (record.pod_id, record.name): record.container_id}
-        by_ids = _index_holders(self._by_ids, [record])
-        return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
+        return replace(self, containers=containers, _by_name=by_name)
 
     def without_container(self, container_id: str) -> RuntimeView:
         record = self.containers.get(container_id)
@@ -187,8 +173,7 @@ class RuntimeView:
         containers = {k: v for k, v in self.containers.items() if k != container_id}
         # A restarted container (same name, new id) keeps the name slot: only drop our own entries.
         by_name = {k: v for k, v in self._by_name.items() if v != container_id}
-        by_ids = {k: rest for k, v in self._by_ids.items() if (rest := tuple(c for c in v if c != container_id))}
-        return replace(self, containers=containers, _by_name=by_name, _by_ids=by_ids)
+        return replace(self, containers=containers, _by_name=by_name)
 
     def without_pod(self, pod_id: str) -> RuntimeView:
         view = self
@@ -208,24 +193,9 @@ def build_runtime_view(
     vis = tuple(visibility_env)
     pod_map = {p.id: p for p in pods}
     records = {c.id: record_of(c, vis, recipient=is_recipient(c, pod_map.get(c.pod_id))) for c in containers}
-    by_ids = _index_holders({}, records.values())
     return RuntimeView(
         pods=pod_map,
         containers=records,
         _by_name={(r.pod_id, r.name): r.container_id for r in records.values()},
         _pod_by_ref={(p.namespace, p.name): p.id for p in pod_map.values()},
-        _by_ids=by_ids,
     )
-
-
-def _index_holders(
-    index: Mapping[frozenset[str], tuple[str, ...]], records: Iterable[SourceRecord]
-) -> dict[frozenset[str], tuple[str, ...]]:
-    out = dict(index)
-    for r in records:
-        if r.is_recipient:
-            continue
-        for ids in r.visible_id_sets:
-            held = tuple(c for c in out.get(ids, ()) if c != r.container_id)
-            out[ids] = (*held, r.container_id)
-    return out

@@ -190,6 +190,11 @@ class SpotRuntime:
         self._blocked = self.pod_killer.blocked()
         return self._blocked
 
+    def was_reclaimed(self, pod_uid: str) -> bool:
+        """Whether a kill took this pod (its lend ended); the NRI plugin never gives it the GPU again."""
+        with self._lock:
+            return pod_uid in self._killed
+
     def pidns_of(self, container_id: str) -> int | None:
         """The pid-namespace inode of a container's first process (cached: it never changes)."""
         return self._pidns.lookup(container_id)

@@ -11,6 +11,7 @@ from gpushare import keys
 from gpushare.codecs import encode_devices_from, encode_devices_ids
 from gpushare.errors import InstructionRefused
 from nri_plugin.decide import (
+    Decision,
     RealIds,
     SamePod,
     ShadowSource,
@@ -19,6 +20,7 @@ from nri_plugin.decide import (
     usable_devices,
 )
 from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, build_runtime_view
+from nri_plugin.oracle import Holder
 
 VIS = ("NVIDIA_VISIBLE_DEVICES", "FAKE_VISIBLE_DEVICES")
 GPU0 = DeviceNode("/dev/nvidia0", "c", 195, 0, 0o666)
@@ -266,52 +268,114 @@ def _ids_instr(ids: dict[str, list[str]]) -> RealIds:
     return instr
 
 
-def test_real_ids_take_the_bundle_of_the_container_holding_exactly_those_ids() -> None:
+NV = "nvidia.com/gpu"
+FAKE = "example.com/gpu"
+ACTIVE = {"GPU-9": None, "GPU-7": None, "fakegpu2": None}
+SPOT9 = {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-9"})}
+OWNER_HOLDS_9 = {"GPU-9": Holder("team", "owner", "main", frozenset({"GPU-9"}))}
+KMSG = DeviceNode("/dev/kmsg", "c", 1, 11)
+MEM = DeviceNode("/dev/mem", "c", 1, 1)
+
+
+def _fake(i: int) -> DeviceNode:
+    return DeviceNode(f"/dev/fakegpu{i}", "c", 10, 229)
+
+
+def _spot(instr: dict[str, list[str]], view: RuntimeView | None = None, **kw: object) -> tuple[Decision, str]:
     pod, ctr = tenant()
-    d = decide(
-        _ids_instr({"nvidia.com/gpu": ["GPU-9"]}),
-        pod,
-        ctr,
-        node_view(),
-        allocated={keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-9"})},
-    )
+    kw.setdefault("lends", ACTIVE)
+    ids = [i for v in instr.values() for i in v]
+    kw.setdefault("allocated", {keys.RESOURCE_SPOT_GPU: frozenset(f"spot-{i}" for i in ids)})
+    d = decide(_ids_instr(instr), pod, ctr, view or node_view(), **kw)  # type: ignore[arg-type]
+    return d, pod.ref
+
+
+def test_real_ids_take_the_gpu_nodes_of_the_container_kubelet_allocated_them_to() -> None:
+    d, _ = _spot({NV: ["GPU-9"]}, holders=OWNER_HOLDS_9)
     assert d.source == "team/owner/main"
     assert d.adjustment.devices == (GPU1,)
     assert d.adjustment.env == (("NVIDIA_VISIBLE_DEVICES", "GPU-9"),)
 
 
+def test_a_forged_visibility_variable_does_not_make_a_holder() -> None:
+    # The thief's env names the lent GPU and it holds a node; kubelet lists nobody: refused.
+    thief = ContainerInfo("c-thief", "tp2", "main", env=(("NVIDIA_VISIBLE_DEVICES", "GPU-7"),), devices=(GPU0,))
+    view = node_view((PodInfo("tp2", "thief", "team-b"), thief))
+    with pytest.raises(InstructionRefused, match=r"kubelet lists no container on this node holding nvidia\.com/gpu"):
+        _spot({NV: ["GPU-7"]}, view)
+    # And with a real holder, the thief created after it is still not used.
+    d, _ = _spot({NV: ["GPU-9"]}, node_view((PodInfo("tp2", "thief", "team-b"), thief)), holders=OWNER_HOLDS_9)
+    assert d.source == "team/owner/main" and d.adjustment.devices == (GPU1,)
+
+
+def test_a_privileged_holders_other_devices_are_never_copied() -> None:
+    owner = ContainerInfo(
+        "c-big",
+        "bp",
+        "main",
+        env=(("FAKE_VISIBLE_DEVICES", "fakegpu0,fakegpu1,fakegpu2,fakegpu3"),),
+        devices=(KMSG, MEM, GPU0, *(_fake(i) for i in range(4))),
+        annotations={"cdi.k8s.io/x": "example.com/gpu=all"},
+    )
+    view = node_view((PodInfo("bp", "big", "team"), owner))
+    holder = Holder("team", "big", "main", frozenset(f"fakegpu{i}" for i in range(4)))
+    d, _ = _spot({FAKE: ["fakegpu2"]}, view, holders={"fakegpu2": holder})
+    assert d.adjustment.devices == (_fake(2),)
+    assert d.adjustment.env == (("FAKE_VISIBLE_DEVICES", "fakegpu2"),)
+    assert d.adjustment.annotations == ()  # names the holder's whole allocation
+
+
+def test_a_privileged_nvidia_holder_is_refused_without_the_vendor_answer() -> None:
+    owner = ContainerInfo("c-priv", "pp", "main", devices=(KMSG, MEM, GPU0, GPU1, CTL))
+    view = node_view((PodInfo("pp", "priv", "team"), owner))
+    holders = {"GPU-9": Holder("team", "priv", "main", frozenset({"GPU-9"}))}
+    with pytest.raises(InstructionRefused, match="cannot tell which of team/priv/main's 2 NVIDIA"):
+        _spot({NV: ["GPU-9"]}, view, holders=holders)
+
+
+def test_the_vendor_answer_wins_and_is_filtered() -> None:
+    vendor = Bundle((GPU1, LOOP), (("NVIDIA_VISIBLE_DEVICES", "GPU-7"),))
+    d, _ = _spot({NV: ["GPU-7"]}, resolved={NV: vendor}, holders=OWNER_HOLDS_9)
+    assert d.source == "vendor:nvidia.com/gpu"
+    assert d.adjustment.devices == (GPU1,)
+    assert d.skipped == ("/dev/loop0 (block device)",)
+    # NVIDIA's envvar strategy: the variable alone, the runtime hook adds the nodes.
+    d, _ = _spot({NV: ["GPU-7"]}, resolved={NV: Bundle((), (("NVIDIA_VISIBLE_DEVICES", "GPU-7"),))})
+    assert d.adjustment.env == (("NVIDIA_VISIBLE_DEVICES", "GPU-7"),) and d.adjustment.devices == ()
+    with pytest.raises(InstructionRefused, match=r"Allocate answer .* gives no usable"):
+        _spot({NV: ["GPU-7"]}, resolved={NV: Bundle((LOOP,))})
+
+
 @pytest.mark.parametrize(
-    ("ids", "allocated", "needle"),
+    ("ids", "allocated", "extra", "needle"),
     [
-        ({"nvidia.com/gpu": ["GPU-9"]}, None, "no PodResources"),
-        ({"nvidia.com/gpu": ["GPU-9"]}, {}, "does not confirm"),
-        ({"nvidia.com/gpu": ["GPU-9"]}, {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-8"})}, "does not confirm"),
+        (["GPU-9"], None, {}, "no PodResources"),
+        (["GPU-9"], {}, {}, "does not confirm"),
+        (["GPU-9"], {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-8"})}, {}, "does not confirm"),
+        (["GPU-7"], {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-7"})}, {}, "kubelet lists no container"),
+        (["GPU-9"], SPOT9, {"lends": None}, "no lend state"),
+        (["GPU-9"], SPOT9, {"lends": {}}, "lend of GPU GPU-9 to pod team/tenant ended: the agent has no record"),
         (
-            {"nvidia.com/gpu": ["GPU-7"]},
-            {keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-7"})},
-            "no container on this node",
+            ["GPU-9"],
+            SPOT9,
+            {"lends": {"GPU-9": "the pod was reclaimed"}, "holders": OWNER_HOLDS_9},
+            "lend of GPU GPU-9 to pod team/tenant ended: the pod was reclaimed",
+        ),
+        (
+            ["GPU-9"],
+            SPOT9,
+            {"holders": {"GPU-9": Holder("team", "gone", "main", frozenset({"GPU-9"}))}},
+            "team/gone/main, which kubelet allocated .* is not a created container",
         ),
     ],
 )
-def test_real_ids_refusals(ids: dict[str, list[str]], allocated: dict[str, frozenset[str]] | None, needle: str) -> None:
+def test_real_ids_refusals(
+    ids: list[str], allocated: dict[str, frozenset[str]] | None, extra: dict[str, object], needle: str
+) -> None:
     pod, ctr = tenant()
+    kw: dict[str, object] = {"lends": ACTIVE, **extra}
     with pytest.raises(InstructionRefused, match=needle):
-        decide(_ids_instr(ids), pod, ctr, node_view(), allocated=allocated)
-
-
-def test_real_ids_from_resolver_when_no_holder_is_known() -> None:
-    pod, ctr = tenant()
-    d = decide(
-        _ids_instr({"nvidia.com/gpu": ["GPU-7"]}),
-        pod,
-        ctr,
-        node_view(),
-        allocated={keys.RESOURCE_SPOT_GPU: frozenset({"spot-GPU-7"})},
-        resolved={"nvidia.com/gpu": Bundle((GPU1, LOOP), (("NVIDIA_VISIBLE_DEVICES", "GPU-7"),))},
-    )
-    assert d.source == "resolver:nvidia.com/gpu"
-    assert d.adjustment.devices == (GPU1,)
-    assert d.skipped == ("/dev/loop0 (block device)",)
+        decide(_ids_instr({NV: ids}), pod, ctr, node_view(), allocated=allocated, **kw)  # type: ignore[arg-type]
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -342,3 +406,25 @@ def test_refusal_message_names_the_annotation() -> None:
     with pytest.raises(InstructionRefused) as err:
         find_instruction(pod, ctr)
     assert keys.ANNOTATION_DEVICES_FROM in str(err.value)
+
+
+def test_two_gpus_from_two_owners_name_both_in_one_variable() -> None:
+    owners = [
+        (
+            PodInfo(f"o{i}", f"owner{i}", "team"),
+            ContainerInfo(
+                f"c{i}", f"o{i}", "main", env=(("FAKE_VISIBLE_DEVICES", f"fakegpu{i}"),), devices=(_fake(i),)
+            ),
+        )
+        for i in (1, 2)
+    ]
+    holders = {f"fakegpu{i}": Holder("team", f"owner{i}", "main", frozenset({f"fakegpu{i}"})) for i in (1, 2)}
+    d, _ = _spot(
+        {FAKE: ["fakegpu2", "fakegpu1"]},
+        node_view(*owners),
+        holders=holders,
+        lends={"fakegpu1": None, "fakegpu2": None},
+    )
+    assert d.adjustment.devices == (_fake(2), _fake(1))
+    assert d.adjustment.env == (("FAKE_VISIBLE_DEVICES", "fakegpu2,fakegpu1"),)
+    assert d.source == "team/owner2/main,team/owner1/main"

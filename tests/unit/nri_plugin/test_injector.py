@@ -8,11 +8,13 @@ from collections.abc import Mapping
 import pytest
 
 from gpushare import keys
-from gpushare.codecs import encode_devices_from
+from gpushare.codecs import encode_devices_from, encode_devices_ids
 from gpushare.config import load_config
 from gpushare.errors import InstructionRefused
 from nri_plugin import Injector, OracleUnavailable
 from nri_plugin._pb import nri_pb2
+from nri_plugin.model import Bundle, DeviceNode
+from nri_plugin.oracle import Holder
 
 DIND = {keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind": "main"}
 
@@ -99,3 +101,90 @@ def test_cross_pod_without_a_working_oracle_is_refused(oracle: Oracle | None, ne
         inj.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
     # A refused container is not remembered as a source.
     assert "ct" not in inj.cache.view.containers
+
+
+# --- spot: the lend state, the vendor's answer, kubelet's holder -----------------------------------
+
+SPOT_ANN = {keys.ANNOTATION_DEVICES_IDS: encode_devices_ids({"example.com/gpu": ["fakegpu1"]})}
+SPOT_OK = {keys.RESOURCE_SPOT_GPU: frozenset({"spot-fakegpu1"})}
+OWNER_HOLDS = Holder("team", "owner", "main", frozenset({"fakegpu0", "fakegpu1"}))
+
+
+class Spot:
+    """The agent's side as the injector sees it: lends, the vendor plugin, kubelet's holders."""
+
+    def __init__(self, *, ended: str | None = None, vendor: Bundle | None = None, lend_error: bool = False) -> None:
+        self.ended = ended
+        self.vendor = vendor
+        self.lend_error = lend_error
+        self.resolved: list[tuple[str, tuple[str, ...]]] = []
+        self.lends: list[tuple[str, str, str, str]] = []
+
+    def lend_ended(self, real_id: str, namespace: str, pod: str, uid: str) -> str | None:
+        self.lends.append((real_id, namespace, pod, uid))
+        if self.lend_error:
+            raise OracleUnavailable("the agent has not planned spot yet")
+        return self.ended
+
+    def resolve(self, resource: str, real_ids: tuple[str, ...]) -> Bundle | None:
+        self.resolved.append((resource, real_ids))
+        return self.vendor
+
+    def holder_of(self, resource: str, real_id: str) -> Holder | None:
+        return OWNER_HOLDS if real_id in OWNER_HOLDS.ids else None
+
+
+def _two_gpu_owner(inj: Injector) -> None:
+    owner = nri_pb2.Container(id="co", pod_sandbox_id="op", name="main")
+    owner.env.append("FAKE_VISIBLE_DEVICES=fakegpu0,fakegpu1")
+    for i, path in enumerate(("/dev/fakegpu0", "/dev/fakegpu1", "/dev/kmsg")):
+        owner.linux.devices.add(path=path, type="c", major=10 if i < 2 else 1, minor=229 if i < 2 else 11)
+    inj.create_container(_pod("op", "owner"), owner)
+
+
+def _spot_injector(spot: Spot, answer: Mapping[str, frozenset[str]] | None = SPOT_OK) -> Injector:
+    inj = Injector(load_config(None), oracle=Oracle(answer), resolver=spot, holders=spot, lend_state=spot)
+    _two_gpu_owner(inj)
+    return inj
+
+
+def _borrow(inj: Injector) -> nri_pb2.ContainerAdjustment:
+    return inj.create_container(_pod("bp", "job", "spot"), _ctr("cb", "job", "bp", dev=False, **SPOT_ANN))
+
+
+def test_one_gpu_of_a_two_gpu_owner_from_kubelets_holder() -> None:
+    spot = Spot()
+    adj = _borrow(_spot_injector(spot))
+    assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu1"]  # not fakegpu0, never /dev/kmsg
+    assert [(e.key, e.value) for e in adj.env] == [("FAKE_VISIBLE_DEVICES", "fakegpu1")]
+    assert spot.resolved == [("example.com/gpu", ("fakegpu1",))] and spot.lends == [("fakegpu1", "spot", "job", "")]
+
+
+def test_the_vendor_answer_is_used_when_there_is_one() -> None:
+    vendor = Bundle((DeviceNode("/dev/fakegpu1", "c", 10, 229),), (("FAKE_VISIBLE_DEVICES", "fakegpu1"),))
+    adj = _borrow(_spot_injector(Spot(vendor=vendor)))
+    assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu1"]
+
+
+@pytest.mark.parametrize(
+    ("spot", "answer", "needle", "asks_vendor"),
+    [
+        (Spot(ended="the pod was reclaimed"), SPOT_OK, "lend of GPU fakegpu1 to pod spot/job ended: the pod", False),
+        (Spot(lend_error=True), SPOT_OK, "cannot confirm the spot lend of spot/job", False),
+        # A forged instruction (kubelet gave this container no such spot device): the vendor is never asked.
+        (Spot(), {}, "PodResources does not confirm", False),
+    ],
+)
+def test_spot_refusals(spot: Spot, answer: Mapping[str, frozenset[str]], needle: str, asks_vendor: bool) -> None:
+    inj = _spot_injector(spot, answer)
+    with pytest.raises(InstructionRefused, match=needle):
+        _borrow(inj)
+    assert bool(spot.resolved) is asks_vendor
+
+
+def test_without_a_lend_state_spot_is_refused() -> None:
+    spot = Spot()
+    inj = Injector(load_config(None), oracle=Oracle(SPOT_OK), resolver=spot, holders=spot)
+    _two_gpu_owner(inj)
+    with pytest.raises(InstructionRefused, match="no lend state"):
+        _borrow(inj)

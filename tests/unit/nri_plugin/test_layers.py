@@ -8,16 +8,20 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[3] / "nri_plugin"
-PURE = ["decide.py", "model.py", "oracle.py"]
+PURE = ["decide.py", "device_rules.py", "model.py", "oracle.py"]
 ALLOWED = {
     "__future__",
     "collections",
     "contextlib",
     "dataclasses",
+    "fnmatch",
     "posixpath",
+    "re",
     "typing",
     "gpushare",
+    "nri_plugin.device_rules",
     "nri_plugin.model",
+    "nri_plugin.oracle",
 }
 
 
