@@ -22,15 +22,20 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from controller.core.spot_model import GpuSpot
 from controller.http_endpoint import Endpoint
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.podresources import PodResourcesClient
 from controller.io.state import StateStore
+from controller.io.vendor_allocate import KubeletHolders, VendorAllocateResolver
 from controller.loop import ReconcileLoop
+from controller.metrics.adapters.model import DeviceMetrics
 from controller.metrics.exposition import AgentMetrics
+from controller.spot.lend_state import AgentLendState
 from controller.spot.runtime import SpotRuntime
-from deviceplugins import PluginManager
+from deviceplugins import DevicePluginError, PluginManager
+from gpushare import keys
 from gpushare.config import Config
 from gpushare.log import kv
 from nri_plugin import Injector, Stub
@@ -61,7 +66,7 @@ class Agent:
         StateStore(cfg.state_dir).close()
         self.plugins = PluginManager.from_config(cfg, spot_sources=spot_sources, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
-        self.injector = Injector(cfg, oracle=self.podresources, on_decision=self._on_nri_decision)
+        self.injector = self._injector(cfg, spot_sources)
         self.stub = Stub(
             self.injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index
         )
@@ -82,6 +87,9 @@ class Agent:
             self.loop.last_report,
             nri_connected=self.nri_connected,
             collectors=[spot_runtime.counters] if spot_runtime is not None else [],
+            node=cfg.node_name,
+            vendor=cfg.metrics.vendor,
+            devices=self._scraped_devices,
         )
         self.endpoint = Endpoint(
             cfg.metrics.listen,
@@ -99,6 +107,39 @@ class Agent:
     def _on_nri_decision(self, kind: str, *details: Any) -> None:
         """The injector's callback (kind, pod, container, decision, took_ms): only the latency is kept."""
         self.metrics.observe_nri_decision(kind, float(details[-1]) / 1000.0)
+
+    def _scraped_devices(self) -> tuple[DeviceMetrics, ...]:
+        watcher = self.spot_runtime.watcher if self.spot_runtime is not None else None
+        return watcher.last_devices() if watcher is not None else ()
+
+    def _injector(self, cfg: Config, spot_sources: Mapping[str, str] | None) -> Injector:
+        """The NRI plugin: for a spot borrower, the vendor's own Allocate answer for the lent GPU, else
+        kubelet's holder of it, and only while the lend is active (design §8; docs/nri.md)."""
+        resolver = VendorAllocateResolver(
+            cfg.kubelet.device_plugin_dir, visibility_env=cfg.visibility_env, sockets=spot_sources
+        )
+        return Injector(
+            cfg,
+            oracle=self.podresources,
+            resolver=resolver,
+            holders=KubeletHolders(self.podresources),
+            lend_state=AgentLendState(self._spot_gpus, self._spot_healthy, self._spot_reclaimed),
+            on_decision=self._on_nri_decision,
+        )
+
+    def _spot_gpus(self) -> tuple[GpuSpot, ...] | None:
+        report = self.loop.last_report()
+        return report.spot if report.passes else None
+
+    def _spot_healthy(self, device_id: str) -> bool:
+        try:
+            device = self.plugins.plugin(keys.RESOURCE_SPOT_GPU).advertised().get(device_id)
+        except DevicePluginError:  # spot-gpu not served: nothing is lent
+            return False
+        return device is not None and device.healthy
+
+    def _spot_reclaimed(self, pod_uid: str) -> bool:
+        return self.spot_runtime is not None and self.spot_runtime.was_reclaimed(pod_uid)
 
     def nri_connected(self) -> bool:
         return self.stub.connections > 0 and not self.stub.wait_closed(0)

@@ -6,12 +6,13 @@ that into as few writes as possible and remembers only what it takes to do so:
 - the device list each share plugin advertises, and each spot device's health: a list
   already pushed is not pushed again (every push wakes every ListAndWatch stream);
 - which Events it wrote: the same Event on the same pod (or on the node) is written again
-  only after ``EVENT_REPEAT_S`` (kubectl shows the count);
+  only after ``EVENT_REPEAT_S`` (kubectl shows the count), and at most ``EVENTS_PER_PASS``
+  new ones in one pass;
 - the pods it evicted: the last ``EVICTIONS_KEPT`` and a count per reason since start.
 
 Creating and deleting shadows asks ``is_leader`` again right before the call: the Lease may
-have moved since the pass was planned. A failing action is logged and skipped; the next pass
-plans it again.
+have moved since the pass was planned. A failing action is logged and skipped, whatever it
+raises, and the next pass plans it again; it never costs the actions after it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from controller.core.actions import (
     Evict,
     KillPods,
     KmodCommand,
+    PublishCapacity,
     RecordEvent,
     RecordNodeEvent,
     SetDevices,
@@ -40,6 +42,7 @@ from controller.io.state import StateStore
 from controller.report import Eviction
 from controller.spot_hooks import SpotHooks
 from deviceplugins import AdvertisedDevice
+from gpushare import keys
 from gpushare.errors import GpushareError
 from gpushare.log import kv
 
@@ -50,6 +53,9 @@ EVENT_REPEAT_S = 600.0
 EVICTIONS_KEPT = 50
 # Events remembered for de-duplication; past this the oldest half is forgotten (a repeat is harmless).
 EVENTS_REMEMBERED = 4096
+# New Events written per pass at most: thousands of tenant pods owed a Warning must not turn one
+# pass into thousands of API calls. The plans ask again every pass, so the rest follow later.
+EVENTS_PER_PASS = 50
 
 
 class DevicePlugins(Protocol):
@@ -74,6 +80,7 @@ class PodWriter(Protocol):
     def record_node_event(
         self, node: str, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
     ) -> None: ...
+    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool: ...
 
 
 class Applier:
@@ -98,6 +105,7 @@ class Applier:
         self._advertised: dict[str, tuple[str, ...]] = {}
         self._spot_health: dict[str, bool] = {}
         self._events_written: dict[tuple[str, str, str], float] = {}
+        self._event_budget = (float("nan"), EVENTS_PER_PASS)  # (the pass's ``now``, Events it may still write)
         self._evictions: collections.deque[Eviction] = collections.deque(maxlen=EVICTIONS_KEPT)
         self._evictions_total: collections.Counter[str] = collections.Counter()
 
@@ -115,6 +123,11 @@ class Applier:
         except GpushareError as exc:
             log.warning("action failed; retried next pass", extra=kv(**action.log_fields(), error=str(exc)))
             return
+        except Exception:
+            # One action is the unit of isolation, as a thread loop is elsewhere: a bug that one
+            # action's values trigger must not cost the actions after it in this pass.
+            log.exception("action raised; skipped, retried next pass", extra=kv(**action.log_fields()))
+            return
         log.info("decision", extra=kv(**action.log_fields()))
 
     def _dispatch(self, action: Action, now: float) -> bool:
@@ -122,6 +135,10 @@ class Applier:
         match action:
             case SetDevices():
                 return self._set_devices(action)
+            case PublishCapacity():
+                return bool(self._node_name) and self._client.lower_node_allocatable(
+                    self._node_name, action.resource, action.count
+                )
             case SetSpotHealth():
                 return self._set_spot_health(action)
             case CreateShadow():
@@ -142,6 +159,8 @@ class Applier:
                     return False
                 self._spot.kmod(action)
             case AnnotatePod():
+                if action.key == keys.ANNOTATION_SHADOW_DRAINING and not self._is_leader():
+                    return False  # marking a shadow for removal is cluster-wide work, like deleting it
                 self._client.patch_pod_annotations(action.ref, {action.key: action.value})
             case RecordEvent():
                 if not self._is_new_event(action.ref.uid, action.reason, action.message, now):
@@ -157,8 +176,16 @@ class Applier:
     def _set_devices(self, action: SetDevices) -> bool:
         if self._advertised.get(action.resource) == action.ids:
             return False
+        before = self._advertised.get(action.resource)
         self._plugins.set_devices(action.resource, [AdvertisedDevice(i, True) for i in action.ids])
         self._advertised[action.resource] = action.ids
+        if before is not None and len(action.ids) < len(before) and self._node_name:
+            # Devices that went without a drain (a shadow deleted by hand, or gone): the scheduler
+            # would offer them until kubelet's next node status, so publish the count at once.
+            try:
+                self._client.lower_node_allocatable(self._node_name, action.resource, len(action.ids))
+            except GpushareError as exc:
+                log.warning("cannot publish the lower count", extra=kv(resource=action.resource, error=str(exc)))
         return True
 
     def _set_spot_health(self, action: SetSpotHealth) -> bool:
@@ -181,6 +208,11 @@ class Applier:
         last = self._events_written.get(key)
         if last is not None and now - last < EVENT_REPEAT_S:
             return False
+        # A pass applies all its actions with one ``now``: a new one starts a new budget.
+        at, left = self._event_budget if self._event_budget[0] == now else (now, EVENTS_PER_PASS)
+        if left <= 0:
+            return False  # not remembered as written: the next pass asks again
+        self._event_budget = (at, left - 1)
         self._events_written[key] = now
         if len(self._events_written) > EVENTS_REMEMBERED:
             oldest = sorted(self._events_written.items(), key=lambda item: item[1])[: EVENTS_REMEMBERED // 2]
@@ -201,4 +233,4 @@ class Applier:
             self._client.record_event(action.ref, action.reason, action.message, type_="Warning")
 
 
-__all__ = ["EVENT_REPEAT_S", "EVICTIONS_KEPT", "Applier", "DevicePlugins", "PodWriter"]
+__all__ = ["EVENTS_PER_PASS", "EVENT_REPEAT_S", "EVICTIONS_KEPT", "Applier", "DevicePlugins", "PodWriter"]

@@ -35,7 +35,15 @@ class MetricsError(ControllerError):
 
 
 class InvalidObject(ControllerError):
-    """An API object cannot be read as the model needs it; the message names the pod and field."""
+    """An API object cannot be read as the model needs it; the message names the pod and field.
+
+    ``field`` names the part that could not be read in a fixed word (the ``field`` label of
+    ``gpushare_pod_input_errors_total``), never its value; "" when not known.
+    """
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class StateError(ControllerError):

@@ -3,6 +3,7 @@
 Inputs, each owned by its own named thread:
 
 - ``gpushare-controller-watch-node``: the pods bound to this node (``PodCache``);
+- with spot, ``-watch-namespaces``: the namespaces labelled lendable (``NamespaceCache``);
 - while this agent holds the Lease, ``-watch-pending`` (unscheduled pods, cluster-wide) and
   ``-watch-shadows`` (every shadow in ``gpushare-system``) — started the first time it leads;
 - ``gpushare-controller-lease``: renews the Lease ``gpushare-controller``;
@@ -10,8 +11,10 @@ Inputs, each owned by its own named thread:
   and, when spot is wired in (``SpotHooks``), idle verdicts and kernel notices.
 
 The pass (``gpushare-controller-loop``) copies those inputs into a ``Snapshot``, calls the
-decision functions (``plan_spot``, ``plan_node_shares``, and while leader ``plan_shadows``),
-and hands the returned actions, in list order, to the ``Applier`` (controller/applier.py). A
+decision functions (the node's part, controller/node_pass.py: ``plan_spot`` and
+``plan_node_shares``; while leader, controller/cluster_pass.py: ``plan_shadows``), each part
+failing alone, and hands the returned actions, in list order, to the ``Applier``
+(controller/applier.py); pods it cannot read are skipped, logged once, counted and told why. A
 watch event, a Lease change or ``wake()`` asks for a pass at once; otherwise one runs at the
 next deadline a plan computed (an idle owner's window ending) or after ``period_s``, whichever
 is first. The loop never sleeps for a fixed time: events that arrive during a pass set the
@@ -35,21 +38,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller.applier import Applier, DevicePlugins
 from controller.cluster_pass import ClusterPass, plan_cluster
-from controller.core.actions import Action
+from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
-from controller.core.share_solver import plan_node_shares
-from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
+from controller.core.pod_problems import ProblemTracker
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
+from controller.io.namespace_cache import NamespaceCache
 from controller.io.pod_cache import CacheView, PodCache
 from controller.io.podresources_entries import entries_from_pod_resources
-from controller.io.state import TIMER_SHADOW_EMPTY, TIMER_SPOT_BACK, StateStore
+from controller.io.state import TIMER_SHADOW_EMPTY, StateStore
+from controller.metrics.attribution import attribute
+from controller.node_pass import NodePass, PassParts, plan_node
 from controller.report import TickReport, build_report, count_allocated, describe_node
 from controller.spot_hooks import SpotHooks
 from gpushare import keys
@@ -66,16 +70,10 @@ class PodResourcesLister(Protocol):
     def list(self) -> list[Any]: ...
 
 
-@dataclass(frozen=True)
-class _NodePass:
-    """What the pass decided for this node: spot first, then the share plugins' device lists."""
-
-    actions: tuple[Action, ...] = ()
-    spot: tuple[GpuSpot, ...] = ()
-
-
 class ReconcileLoop:
     """Owns its threads; ``start(stop)`` returns at once, ``join()`` waits for them after ``stop`` is set."""
+
+    _lendable: NamespaceCache | None = None  # with spot, made by start(): the lendable namespaces' watch
 
     def __init__(
         self,
@@ -106,8 +104,7 @@ class ReconcileLoop:
         self._spot = spot
         self.period_s = period_s
         self._clock = clock
-        self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._wake, self._stop = threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
         self._node = PodCache(
             client, field_selector=f"spec.nodeName={cfg.node_name}", resync_s=resync_s, on_change=self.wake
@@ -134,7 +131,8 @@ class ReconcileLoop:
         self._carry_fresh = False  # a full LIST not yet used by a node pass (PodResources was down)
         self._report = TickReport()
         self._passes = 0
-        self._problems_logged: set[str] = set()
+        self._problems_logged: set[str] = set()  # kubelet rows the mapping could not read, last pass
+        self._pod_problems = ProblemTracker()
         self._mem_timers: dict[str, dict[str, float]] = {}  # timers when no StateStore is given
         self._next_due: float | None = None  # wall clock at which a plan asked for the next pass
 
@@ -147,6 +145,13 @@ class ReconcileLoop:
     def start(self, stop: threading.Event) -> None:
         self._stop = stop
         self._spawn("watch-node", self._node.run)
+        if self._spot is not None:
+            # Spot's lendable opt-in, from a watch: a LIST in the pass would be one per pod event.
+            selector = f"{keys.LABEL_LENDABLE}=true"
+            self._lendable = NamespaceCache(
+                self._client, label_selector=selector, resync_s=self._node.resync_s, on_change=self.wake
+            )
+            self._spawn("watch-namespaces", self._lendable.run)
         if self._elector is not None:
             self._spawn("lease", self._lease_loop)
         else:  # no elector: a single agent that always leads (tests, one-node demo)
@@ -238,14 +243,19 @@ class ReconcileLoop:
         entries, pr_error = self._list_pod_resources()
         snap = self._node_snapshot(node_view, entries, fresh)
         mapping = MappingCache.rebuild(snap.pod_resources, snap.pods, self.cfg.real_resources)
-        self._log_new_problems((*snap.problems, *mapping.problems))
+        self._log_new_problems(mapping.problems)
         # Without PodResources nobody on the node is known to hold anything: touch nothing there,
         # and keep a fresh LIST's news (deleted shadows) for the next pass that can use it.
         self._carry_fresh = fresh if pr_error else False
-        node = _NodePass() if pr_error else self._plan_node(snap, mapping, now)
-        cluster = self._plan_cluster(node_view, snap, now)
+        # Each part fails on its own: the leader's cluster plan raising costs no node action, and
+        # the other way round (the next pass retries the part that failed).
+        parts = PassParts()
+        node = NodePass() if pr_error else self._plan_node(snap, mapping, now, parts)
+        idle = ClusterPass(is_leader=self.is_leader(), snapshot=snap)
+        cluster = parts.run("cluster", lambda: self._plan_cluster(node_view, snap, now), idle)
+        told = self._note_pod_problems(snap, cluster.snapshot)
 
-        for action in (*node.actions, *cluster.actions):
+        for action in (*node.actions, *cluster.actions, *told):
             self._applier.apply(action, now)
 
         self._passes += 1
@@ -264,9 +274,23 @@ class ReconcileLoop:
             spot=node.spot,
             evictions=self._applier.evictions(),
             evictions_total=self._applier.evictions_total(),
-            problems=snap.problems,
+            problems=tuple(dict.fromkeys((*snap.problems, *cluster.snapshot.problems))),
+            attribution=attribute(snap, mapping),
+            pod_input_errors_total=dict(self._pod_problems.counts),
         )
+        if parts.failures:
+            error = "; ".join(filter(None, (pr_error, *parts.failures)))
+            self._report = dataclasses.replace(self._report, error=error)
         return self._report
+
+    def _note_pod_problems(self, *snapshots: Snapshot) -> list[RecordEvent]:
+        """Log and count each unreadable pod once; the Warning Events owed to them (a few per pass)."""
+        problems = {p.message: p for s in snapshots for p in s.pod_problems}
+        new, events = self._pod_problems.update(problems.values())
+        for p in new:
+            pod = str(p.ref) if p.ref is not None else "?"
+            log.warning("skipped a pod that cannot be read", extra=kv(pod=pod, field=p.field, problem=p.message))
+        return events
 
     def _list_pod_resources(self) -> tuple[list[PodResourcesEntry], str]:
         """kubelet's rows, or none and why not."""
@@ -277,37 +301,20 @@ class ReconcileLoop:
             return [], str(exc)
 
     def _log_new_problems(self, problems: Iterable[str]) -> None:
-        for problem in problems:
-            if problem not in self._problems_logged:
-                self._problems_logged.add(problem)
-                log.warning("skipped an unreadable object", extra=kv(problem=problem))
+        current = set(problems)
+        for problem in sorted(current - self._problems_logged):
+            log.warning("skipped an unreadable object", extra=kv(problem=problem))
+        self._problems_logged = current  # only the last pass's: the set never grows past one pass
 
-    def _plan_node(self, snap: Snapshot, mapping: MappingCache, now: float) -> _NodePass:
-        if self._spot is None:
-            return _NodePass(tuple(plan_node_shares(snap, mapping, self.cfg)))
-        spot_plan = self._plan_spot(self._spot, snap, mapping, now)
-        # Before any action: a detect applied below may be answered by a notice at once.
-        self._spot.arm(spot_plan.returns)
-        self._next_due = spot_plan.next_change_at
-        self._save(TIMER_SPOT_BACK, spot_plan.back_at)
-        with contextlib.suppress(GpushareError):
-            self._plugins.set_spot_lent(spot_plan.lent_real_ids)
-        actions = (*spot_plan.actions, *plan_node_shares(snap, mapping, self.cfg))
-        return _NodePass(actions, spot_plan.gpus)
-
-    def _plan_spot(self, spot: SpotHooks, snap: Snapshot, mapping: MappingCache, now: float) -> SpotPlan:
-        return plan_spot(
-            snap,
-            mapping,
-            real_resources=self.cfg.real_resources,
-            verdicts=spot.verdicts(now),
-            notices=spot.notices(),
-            kmod=spot.kmod_view(),
-            back_at=self._load(TIMER_SPOT_BACK),
-            now=now,
-            idle_window_s=self.cfg.idle_window_s,
-            lending_blocked=spot.blocked(),
-        )
+    def _plan_node(self, snap: Snapshot, mapping: MappingCache, now: float, parts: PassParts) -> NodePass:
+        node = plan_node(self.cfg, snap, mapping, now, parts=parts, spot=self._spot, load=self._load, save=self._save)
+        if self._spot is not None and node.spot_plan is not None:
+            # Before any action: a detect applied below may be answered by a notice at once.
+            self._spot.arm(node.spot_plan.returns)
+            self._next_due = node.spot_plan.next_change_at
+            with contextlib.suppress(GpushareError):
+                self._plugins.set_spot_lent(node.spot_plan.lent_real_ids)
+        return node
 
     def _plan_cluster(self, node_view: CacheView, snap: Snapshot, now: float) -> ClusterPass:
         """Cluster-wide: only while the Lease is ours (the applier asks again before creating or deleting a shadow)."""
@@ -323,28 +330,22 @@ class ReconcileLoop:
         return cluster
 
     def _node_snapshot(self, view: CacheView, entries: list[PodResourcesEntry], fresh: bool) -> Snapshot:
-        pidns: dict[str, int] = {}
-        lendable: list[str] = []
-        if self._spot is not None:
-            for pod in view.pods:
-                for st in (pod.get("status") or {}).get("containerStatuses") or ():
-                    cid = str(st.get("containerID") or "").split("://", 1)[-1]
-                    if cid and (ino := self._spot.pidns_of(cid)) is not None:
-                        pidns[cid] = ino
-            try:
-                lendable = self._client.namespaces_with_label(f"{keys.LABEL_LENDABLE}=true")
-            except GpushareError as exc:
-                log.warning("cannot list lendable namespaces", extra=kv(reason=str(exc)))
-        return build_snapshot(
+        lendable = self._lendable.names() if self._spot is not None and self._lendable is not None else []
+        snap = build_snapshot(
             view.pods,
             self.cfg,
             pod_resources=entries,
             allocatable=self._plugins.real_devices(),
             lendable_namespaces=lendable,
-            pidns_by_container=pidns,
             shadow_list_fresh=fresh,
             deleted_shadows=[r for r in view.deleted if r.namespace == keys.SHADOW_NAMESPACE],
         )
+        if self._spot is None:
+            return snap
+        # Container IDs of the pods as the pass read them: a pod it cannot read has none to look up.
+        cids = sorted({c.container_id for f in snap.pods.values() for c in f.containers if c.container_id})
+        pidns = {cid: ino for cid in cids if (ino := self._spot.pidns_of(cid)) is not None}
+        return dataclasses.replace(snap, pidns_by_container=pidns)
 
     def _safe_plugin_status(self) -> dict[str, dict[str, Any]]:
         try:

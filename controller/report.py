@@ -19,6 +19,7 @@ from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot
 from controller.core.share_solver import KeyDemand
 from controller.core.spot_solver import GpuSpot
+from controller.metrics.attribution import Attribution
 from gpushare import keys
 
 
@@ -72,6 +73,10 @@ class TickReport:
     evictions: tuple[Eviction, ...] = ()
     evictions_total: Mapping[str, int] = field(default_factory=dict)  # reason -> count since start
     problems: tuple[str, ...] = ()
+    # Field -> pods skipped since start because that field could not be read (controller/core/pod_problems.py).
+    pod_input_errors_total: Mapping[str, int] = field(default_factory=dict)
+    # Who holds or sees which GPU on this node, in which role (/metrics: gpushare_gpu_user).
+    attribution: Attribution = field(default_factory=Attribution)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -157,6 +162,8 @@ def build_report(
     evictions: Sequence[Eviction],
     evictions_total: Mapping[str, int],
     problems: tuple[str, ...],
+    attribution: Attribution | None = None,
+    pod_input_errors_total: Mapping[str, int] | None = None,
 ) -> TickReport:
     """The report of one completed pass; ``plugin_status`` is ``PluginManager.status()``, ``node`` is
     ``describe_node``'s answer."""
@@ -180,6 +187,8 @@ def build_report(
         evictions=tuple(evictions),
         evictions_total=dict(evictions_total),
         problems=problems,
+        attribution=attribution if attribution is not None else Attribution(),
+        pod_input_errors_total=dict(pod_input_errors_total or {}),
     )
 
 

@@ -107,6 +107,9 @@ class Config:
     # Design §3: shadows need a high PriorityClass (created by the manifests) and an image whose
     # entrypoint sleeps until TERM (the kubelet's pause image does exactly that).
     shadow_priority_class: str = "gpushare-shadow"
+    # Off: a shadow never preempts, so one tenant's sharer cannot evict another tenant's pod to
+    # make room for its GPU. The PriorityClass must say the same (the API refuses a mismatch).
+    shadow_preemption: bool = False
     shadow_image: str = "registry.k8s.io/pause:3.10"
     shadow_idle_timeout_s: float = 600.0
     idle_window_s: float = 600.0

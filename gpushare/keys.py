@@ -30,6 +30,12 @@ KIND_SHARE_DEV: Final = "share-dev"
 ANNOTATION_SHADOW_USERS: Final = f"{DOMAIN}/shadow-users"
 # on a sharer, JSON {"<shadow ns>/<shadow name>": "<shadow uid>"}: the shadow(s) it depends on.
 ANNOTATION_SHADOW_OWNER: Final = f"{DOMAIN}/shadow-owner"
+# Taking an idle shadow out of service (docs/scale.md, "Shadow removal order"): the leader writes a
+# token in ANNOTATION_SHADOW_DRAINING and stops counting the shadow's slots; the node agent publishes
+# the lower share capacity, withdraws the shadow's virtual devices and answers with the same token in
+# ANNOTATION_SHADOW_DRAINED; only then does the leader delete the shadow.
+ANNOTATION_SHADOW_DRAINING: Final = f"{DOMAIN}/draining"
+ANNOTATION_SHADOW_DRAINED: Final = f"{DOMAIN}/drained"
 # §3 pools: a sharer may name the real resource of its pool (default: the first of realResources).
 ANNOTATION_POOL_RESOURCE: Final = f"{DOMAIN}/pool-resource"
 
@@ -65,7 +71,8 @@ def parse_share_resource(resource: str) -> tuple[str, int] | None:
     for prefix, kind in ((RESOURCE_SHARE_DEV_GPU_PREFIX, KIND_SHARE_DEV), (RESOURCE_SHARE_GPU_PREFIX, KIND_SHARE)):
         if resource.startswith(prefix):
             tail = resource[len(prefix) :]
-            if tail.isdigit() and not tail.startswith("0"):
+            # isascii: str.isdigit() also accepts "²", which int() refuses.
+            if tail.isascii() and tail.isdigit() and not tail.startswith("0"):
                 return kind, int(tail)
             return None
     return None

@@ -25,6 +25,7 @@ from localcluster.component_config import (
     CNI_CONFLIST,
     CNI_PLUGIN,
     apiserver_args,
+    audit_policy_doc,
     controller_manager_args,
     etcd_args,
     kubeconfig_doc,
@@ -181,7 +182,8 @@ class Cluster:
         self.timings["pki"] = time.monotonic() - t0
 
         self._spawn("etcd", etcd_args(self.binaries, lay, self.ports))
-        self._spawn("kube-apiserver", apiserver_args(self.binaries, lay, self.ports))
+        lay.audit_policy.write_text(yaml.safe_dump(audit_policy_doc()))
+        self._spawn("kube-apiserver", apiserver_args(self.binaries, lay, self.ports, audit=True))
         self._start_containerd()
         self.timings["containerd"] = time.monotonic() - t0
         self._prepare_kubelet_host()

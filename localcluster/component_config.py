@@ -21,6 +21,9 @@ from localcluster.layout import NODE_NAME, Binaries, Layout, Ports
 from localcluster.paths import REPO
 
 SERVICE_CIDR = "10.96.0.0/24"
+# The user the agent's pod authenticates as (the chart's ServiceAccount). The apiserver audits
+# this user's requests only, so tests can compare what the agent really calls with its RBAC.
+AGENT_USER = "system:serviceaccount:gpushare-system:gpushare-agent"
 # containerd reports NetworkReady only with a CNI config. The plugin gives each pod's own network
 # namespace an address and lo, and adds nothing to the host's: no packet leaves a pod.
 CNI_PLUGIN = REPO / "hack" / "kube" / "cni" / "gs-netns"
@@ -65,8 +68,32 @@ def etcd_args(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_args(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
+def audit_policy_doc() -> dict[str, Any]:
+    """Metadata (verb, resource, namespace, user; no bodies) of the agent's requests, nothing else.
+
+    One line per request at ResponseComplete (a watch also logs when its response starts), so the
+    log stays small enough to keep for a whole test session.
+    """
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "Metadata", "users": [AGENT_USER]},
+            {"level": "None"},
+        ],
+    }
+
+
+def apiserver_args(binaries: Binaries, layout: Layout, ports: Ports, *, audit: bool = False) -> list[str]:
+    """``audit``: log the agent's requests to ``layout.audit_log`` (the policy file must exist)."""
     pki = layout.pki
+    audit_flags = [
+        f"--audit-policy-file={layout.audit_policy}",
+        f"--audit-log-path={layout.audit_log}",
+        # Written before the response is sent, so a test reads every call that already returned.
+        "--audit-log-mode=blocking",
+    ]
     return [
         str(binaries.kube_apiserver),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -89,6 +116,7 @@ def apiserver_args(binaries: Binaries, layout: Layout, ports: Ports) -> list[str
         # The "kubernetes" Endpoints would carry 127.0.0.1, which the API refuses (loopback).
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        *(audit_flags if audit else []),
     ]
 
 

@@ -102,6 +102,15 @@ class Layout:
         return self.root / "containerd"
 
     @property
+    def audit_policy(self) -> Path:
+        return self.root / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log: one JSON line per request of the agent's ServiceAccount."""
+        return self.logs / "audit.log"
+
+    @property
     def state_file(self) -> Path:
         return self.root / "cluster.json"
 

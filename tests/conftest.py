@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The property tests check outcomes, never time: on a loaded CI machine hypothesis's default
+# 200 ms deadline per example would fail them for being slow, which is noise, not a defect.
+settings.register_profile("gpushare", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gpushare")
 
 TESTS = Path(__file__).resolve().parent
 ALLOW_SKIP_ENV = "GPUSHARE_ALLOW_SKIP"

@@ -28,7 +28,8 @@ from gpushare.ids import format_spot_id
 
 # Eviction and event reasons: CamelCase as Kubernetes Events spell them; also the
 # `reason` label of gpushare_evictions_total.
-REASON_SHADOW_GONE = "ShadowGone"  # design §3: the shadow holding the sharer's GPU disappeared
+# design §3: the shadow holding the sharer's GPU disappeared; the sharer is evicted and its pod killed
+REASON_SHADOW_GONE = "ShadowGone"
 REASON_OWNER_BACK = "OwnerBack"  # design §6: the lending owner touched its GPU again
 REASON_OWNER_LEFT = "OwnerLeft"  # the owner released the GPU (pod gone) while it was lent
 REASON_NOT_LENDABLE = "OwnerNotLendable"  # the owner withdrew its lendable label while lent
@@ -169,6 +170,20 @@ class RecordNodeEvent:
         return {"decision": "node-event", "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class PublishCapacity:
+    """Lower this node's allocatable ``resource`` to ``count`` now, ahead of kubelet's next node status.
+
+    Never raises it: a higher count is kubelet's to publish once its device manager has the devices.
+    """
+
+    resource: str
+    count: int
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"decision": "publish-capacity", "resource": self.resource, "count": self.count}
+
+
 Action = (
     CreateShadow
     | DeleteShadow
@@ -180,6 +195,7 @@ Action = (
     | AnnotatePod
     | RecordEvent
     | RecordNodeEvent
+    | PublishCapacity
 )
 
 
@@ -206,6 +222,7 @@ __all__ = [
     "KmodCommand",
     "KmodOp",
     "PodToKill",
+    "PublishCapacity",
     "RecordEvent",
     "RecordNodeEvent",
     "SetDevices",

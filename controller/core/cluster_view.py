@@ -28,7 +28,11 @@ def merge_pods(*views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     best: dict[tuple[str, str], Mapping[str, Any]] = {}
     for view in views:
         for pod in view:
-            meta = pod.get("metadata") or {}
+            meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+            if not isinstance(meta, Mapping):
+                # Kept, under a key of its own: build_snapshot reports what is wrong with it.
+                best[("", f"#{id(pod)}")] = pod
+                continue
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
             if key not in best or _resource_version(pod) > _resource_version(best[key]):
                 best[key] = pod

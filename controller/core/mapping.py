@@ -164,10 +164,17 @@ class MappingCache:
             )
         return tuple(out)
 
-    def record_updates(self, shadows: Iterable[ShadowPod], sharers: Iterable[SharePod]) -> list[AnnotatePod]:
+    def record_updates(
+        self,
+        shadows: Iterable[ShadowPod],
+        sharers: Iterable[SharePod],
+        bindings: Mapping[tuple[str, str], str] | None = None,
+    ) -> list[AnnotatePod]:
         """Annotations to write so the records match the mapping; only those that differ.
 
         Pass this node's shadows and sharers: each agent writes the records it can vouch for.
+        ``bindings``: (sharer uid, shadow ns/name) -> shadow uid, the agent's own
+        (controller/core/holdings.py).
         """
         uid_by_key = {s.ref.key: s.ref.uid for s in shadows}
         out: list[AnnotatePod] = []
@@ -179,9 +186,11 @@ class MappingCache:
         for sharer in sharers:
             if not sharer.facts.is_alive:
                 continue
-            # Keep a recorded uid for a shadow this node no longer sees: the record is what
-            # lets a later pass tell "my shadow is gone" from "a namesake was created".
-            owner = {k: uid_by_key.get(k) or sharer.owner_shadows.get(k, "") for k in self.shadows_of(sharer.ref.key)}
+            # The uid comes from the agent's binding, never from the record it replaces: the
+            # record sits on the tenant's pod, so what is there now may be the tenant's.
+            bound = bindings or {}
+            uid = sharer.ref.uid
+            owner = {k: bound.get((uid, k)) or uid_by_key.get(k, "") for k in self.shadows_of(sharer.ref.key)}
             out += _annotation_update(sharer.facts, keys.ANNOTATION_SHADOW_OWNER, encode_owner_annotation(owner), owner)
         return out
 

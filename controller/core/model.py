@@ -20,7 +20,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.core.pod_facts import PHASE_RUNNING, PodFacts, PodKey, PodRef, is_vendor_resource, parse_pod
+from controller.core.pod_facts import (
+    PHASE_RUNNING,
+    PodFacts,
+    PodKey,
+    PodProblem,
+    PodRef,
+    is_vendor_resource,
+    parse_pod,
+    problem_of,
+)
 from controller.core.pod_memo import PodMemo
 from controller.core.records import (
     encode_owner_annotation,
@@ -92,13 +101,22 @@ def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
         for resource, qty in c.resources:
             parsed = keys.parse_share_resource(resource)
             if parsed is not None and qty > 0:
+                if qty > parsed[1]:
+                    # Every slot of one container comes from one shadow (the share plugin refuses
+                    # slots of two), so this can never be served: no shadow is made for it.
+                    raise InvalidObject(
+                        f"gpushare: pod {facts.ref} container {c.name} asks for {qty} slots of {resource}; one "
+                        f"container's slots all come from one shadow, which has {parsed[1]}: ask for at most that",
+                        field="resources",
+                    )
                 found[parsed] = found.get(parsed, 0) + qty
     if not found:
         return None
     if len(found) > 1:
         names = sorted(keys.share_resource(k, n) for k, n in found)
         raise InvalidObject(
-            f"gpushare: pod {facts.ref} asks for several share resources {names}; a sharer uses exactly one share spec"
+            f"gpushare: pod {facts.ref} asks for several share resources {names}; a sharer uses exactly one share spec",
+            field="resources",
         )
     ((kind, spec), qty) = next(iter(found.items()))
     return kind, spec, qty
@@ -140,16 +158,19 @@ class ShadowPod(_PodRole):
         """``share_keys``: the keys met so far in this snapshot, so equal keys are one object."""
         kind = facts.labels.get(keys.LABEL_SHARE_KIND, "")
         spec_text = facts.labels.get(keys.LABEL_SHARE_SPEC, "")
-        # isdecimal, not isdigit: int() refuses digits such as "²".
-        if kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV) or not spec_text.isdecimal() or int(spec_text) < 1:
+        # isascii and isdecimal, not isdigit: int() refuses digits such as "²" and reads "٣" as 3.
+        is_number = spec_text.isascii() and spec_text.isdecimal() and len(spec_text) <= 4
+        if kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV) or not is_number or int(spec_text) < 1:
             raise InvalidObject(
-                f"gpushare: shadow {facts.ref} has share-kind {kind!r} and share-spec {spec_text!r}; "
-                "both labels are required (design §3)"
+                f"gpushare: shadow {facts.ref} has share-kind {kind!r:.40} and share-spec {spec_text!r:.40}; "
+                "both labels are required (design §3)",
+                field="metadata.labels",
             )
         real = sorted({r for c in facts.containers for r, _ in c.resources if is_vendor_resource(r)})
         if len(real) != 1:
             raise InvalidObject(
-                f"gpushare: shadow {facts.ref} requests real resources {real}; a shadow requests exactly one real GPU"
+                f"gpushare: shadow {facts.ref} requests real resources {real}; a shadow requests exactly one real GPU",
+                field="resources",
             )
         return cls(
             facts=facts,
@@ -262,7 +283,8 @@ class Snapshot:
     shadow_list_fresh: bool = False
     # Shadows a watch reported DELETED; the loop keeps them until its next full LIST.
     deleted_shadows: frozenset[PodRef] = frozenset()
-    problems: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # the messages of ``pod_problems``
+    pod_problems: tuple[PodProblem, ...] = ()
 
     def shadows_on(self, node: str) -> list[ShadowPod]:
         return [s for s in self.shadows if s.node_name == node]
@@ -272,7 +294,7 @@ class Snapshot:
 
 
 # What one pod reads as: its facts and role (None for a pod in no role), or the problem.
-_Read = tuple[PodFacts, ShadowPod | SharePod | SpotPod | None] | tuple[str, None]
+_Read = tuple[PodFacts, ShadowPod | SharePod | SpotPod | None] | tuple[PodProblem, None]
 
 
 # A build_snapshot caller's reads from its previous snapshot, for ``build_snapshot(memo=...)``.
@@ -289,7 +311,11 @@ def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys) 
             return facts, sharer
         return facts, SpotPod(facts) if facts.quantity(keys.RESOURCE_SPOT_GPU) > 0 else None
     except InvalidObject as exc:
-        return str(exc), None
+        return problem_of(raw, exc), None
+    except Exception as exc:
+        # One pod is the unit of isolation here, as a thread loop is elsewhere: every field is the
+        # tenant's (docs/security.md), and whatever a value does to a reader costs that pod only.
+        return problem_of(raw, exc), None
 
 
 def _by_ref(role: _PodRole) -> tuple[str, str, str]:
@@ -326,9 +352,9 @@ def build_snapshot(
     shadows: list[ShadowPod] = []
     sharers: list[SharePod] = []
     spot: list[SpotPod] = []
-    problems: list[str] = []
+    problems: list[PodProblem] = []
     for facts, role in reads:
-        if isinstance(facts, str):
+        if isinstance(facts, PodProblem):
             problems.append(facts)
             continue
         if isinstance(role, ShadowPod):
@@ -350,7 +376,8 @@ def build_snapshot(
         pidns_by_container=dict(pidns_by_container or {}),
         shadow_list_fresh=shadow_list_fresh,
         deleted_shadows=frozenset(deleted_shadows),
-        problems=tuple(problems),
+        problems=tuple(p.message for p in problems),
+        pod_problems=tuple(problems),
     )
 
 

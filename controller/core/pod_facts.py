@@ -19,6 +19,10 @@ from gpushare import keys
 
 PodKey = str  # "<namespace>/<name>"
 
+# The API stores quantities as int64: a larger number did not come from it.
+_MAX_QUANTITY = 2**63 - 1
+_MAX_DIGITS = len(str(_MAX_QUANTITY))
+
 PHASE_PENDING = "Pending"
 PHASE_RUNNING = "Running"
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -46,7 +50,7 @@ def _obj(d: Mapping[str, Any], where: str, pod: str, snake: str, camel: str | No
     if value is None and (camel is None or (value := d.get(camel)) is None):
         return {}
     if not _is_object(value):
-        raise InvalidObject(f"gpushare: pod {pod}: {where} must be an object, got {value!r:.80}")
+        raise InvalidObject(f"gpushare: pod {pod}: {where} must be an object, got {value!r:.80}", field=where)
     return value
 
 
@@ -61,7 +65,9 @@ def _objs(d: Mapping[str, Any], parent: str, pod: str, snake: str, camel: str) -
                 break
         else:
             return value
-    raise InvalidObject(f"gpushare: pod {pod}: {parent}.{camel} must be a list of objects, got {value!r:.80}")
+    raise InvalidObject(
+        f"gpushare: pod {pod}: {parent}.{camel} must be a list of objects, got {value!r:.80}", field=f"{parent}.{camel}"
+    )
 
 
 def _str_map(value: object, where: str, pod: str) -> dict[str, str]:
@@ -74,20 +80,31 @@ def _str_map(value: object, where: str, pod: str) -> dict[str, str]:
                 break
         else:
             return out
-    raise InvalidObject(f"gpushare: pod {pod}: {where} must map strings to strings, got {value!r:.120}")
+    raise InvalidObject(f"gpushare: pod {pod}: {where} must map strings to strings, got {value!r:.120}", field=where)
 
 
 def _quantity(value: object, resource: str, pod: str) -> int:
-    """Extended resources are integers (the API server refuses fractions); anything else is refused."""
-    # isdecimal, not isdigit: int() refuses digits such as "²".
-    if type(value) is str and value.isdecimal():  # the API's own spelling: no sign, no spaces
-        number = int(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
+    """Extended resources are integers (the API server refuses fractions); anything else is refused.
+
+    Also refused: more than the API's int64 can hold. A tenant's number feeds the leader's
+    shadow arithmetic, and int() of thousands of digits raises instead of answering.
+    """
+    # isascii and isdecimal, not isdigit: int() refuses digits such as "²", and reads "٣" as 3.
+    if type(value) is str and value.isascii() and value.isdecimal() and len(value) <= _MAX_DIGITS:
+        number = int(value)  # the API's own spelling: no sign, no spaces
+    elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_QUANTITY:
         number = value
-    elif isinstance(value, str) and value.strip().isdecimal():
-        number = int(value.strip())
+    elif isinstance(value, str) and (text := value.strip()).isascii() and text.isdecimal() and len(text) <= _MAX_DIGITS:
+        number = int(text)
     else:
-        raise InvalidObject(f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is not a whole number")
+        raise InvalidObject(
+            f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is not a whole number from 0 to {_MAX_QUANTITY}",
+            field="resources",
+        )
+    if number > _MAX_QUANTITY:
+        raise InvalidObject(
+            f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is more than {_MAX_QUANTITY}", field="resources"
+        )
     return number
 
 
@@ -182,7 +199,8 @@ def _quantities(res: Mapping[str, Any], field: str, container: str, pod: str) ->
         return {}
     if not _is_object(value):
         raise InvalidObject(
-            f"gpushare: pod {pod}: container {container} resources.{field} must be an object, got {value!r:.80}"
+            f"gpushare: pod {pod}: container {container} resources.{field} must be an object, got {value!r:.80}",
+            field="resources",
         )
     return value
 
@@ -193,13 +211,17 @@ def _device_requests(c: Mapping[str, Any], name: str, pod: str) -> tuple[tuple[s
     if res is None:
         return ()
     if not _is_object(res):
-        raise InvalidObject(f"gpushare: pod {pod}: container {name} resources must be an object, got {res!r:.80}")
+        raise InvalidObject(
+            f"gpushare: pod {pod}: container {name} resources must be an object, got {res!r:.80}", field="resources"
+        )
     requests = _quantities(res, "requests", name, pod)
     limits = _quantities(res, "limits", name, pod)
     merged = {**limits, **requests} if limits else requests
     for r in merged:
         if not isinstance(r, str):
-            raise InvalidObject(f"gpushare: pod {pod}: container {name} names a resource that is not a string")
+            raise InvalidObject(
+                f"gpushare: pod {pod}: container {name} names a resource that is not a string", field="resources"
+            )
     wanted: list[tuple[str, int]] = []
     for r, q in merged.items():
         if r.startswith(keys.RESOURCE_PREFIX) or is_vendor_resource(r):
@@ -215,10 +237,52 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) ->
         for c in _objs(spec, "spec", pod, field_snake, field_camel):
             name = c.get("name")
             if not isinstance(name, str) or not name:
-                raise InvalidObject(f"gpushare: pod {pod}: a container has no name")
+                raise InvalidObject(f"gpushare: pod {pod}: a container has no name", field="spec.containers")
             wanted = _device_requests(c, name, pod)
             out.append(ContainerFacts(name, wanted, ids.get(name, ""), name in running))
     return tuple(out)
+
+
+# The field of a failure no reader named: an exception the model did not expect.
+FIELD_UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """A pod a pass skips because a field of it cannot be read; the pass goes on without it.
+
+    Every field of a pod is the tenant's to write (docs/security.md), so a field the agent
+    cannot read costs exactly that pod. ``field`` is one fixed word per reader, never the
+    value, so a tenant cannot grow the label set of ``gpushare_pod_input_errors_total``.
+    """
+
+    ref: PodRef | None  # None when even the pod's namespace, name and uid cannot be read
+    field: str  # which part of the pod, as a fixed word (the metric's label)
+    message: str  # names the pod, the field and the rule; starts with "gpushare: "
+
+
+def _ref_of(raw: object) -> PodRef | None:
+    """The pod's identity when its metadata has it, for the Event; None otherwise."""
+    if not isinstance(raw, Mapping):
+        return None
+    meta = raw.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str) and ns and name and uid:
+        return PodRef(ns, name, uid)
+    return None
+
+
+def problem_of(raw: object, exc: Exception) -> PodProblem:
+    """The problem one pod's failed read amounts to."""
+    ref = _ref_of(raw)
+    if isinstance(exc, InvalidObject):
+        return PodProblem(ref, exc.field or "object", str(exc))
+    who = f"pod {ref}" if ref is not None else "a pod"
+    # The exception's own text can be long and is partly the tenant's: cut it.
+    detail = f"{type(exc).__name__}: {str(exc)[:160]}"
+    return PodProblem(ref, FIELD_UNREADABLE, f"gpushare: {who} cannot be read ({detail}); skipped")
 
 
 def is_vendor_resource(name: str) -> bool:
@@ -230,12 +294,14 @@ def is_vendor_resource(name: str) -> bool:
 def parse_pod(pod: Mapping[str, Any]) -> PodFacts:
     """Read the facts every role needs; raise ``InvalidObject`` naming the pod and field."""
     if not _is_object(pod):
-        raise InvalidObject(f"gpushare: expected a pod object, got {type(pod).__name__}")
+        raise InvalidObject(f"gpushare: expected a pod object, got {type(pod).__name__}", field="object")
     meta = _obj(pod, "metadata", "?", "metadata")
     namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
     ids_are_text = isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)
     if not (ids_are_text and namespace and name and uid):
-        raise InvalidObject(f"gpushare: a pod lacks metadata.namespace, name or uid: {dict(meta)!r:.160}")
+        raise InvalidObject(
+            f"gpushare: a pod lacks metadata.namespace, name or uid: {dict(meta)!r:.160}", field="metadata"
+        )
     ref = PodRef(namespace, name, uid)
     key = f"{namespace}/{name}"
     spec = _obj(pod, "spec", key, "spec")
@@ -246,7 +312,9 @@ def parse_pod(pod: Mapping[str, Any]) -> PodFacts:
     node_name = node_name or ""
     phase = status.get("phase") or PHASE_PENDING
     if not isinstance(node_name, str) or not isinstance(phase, str):
-        raise InvalidObject(f"gpushare: pod {ref}: spec.nodeName and status.phase must be strings")
+        raise InvalidObject(
+            f"gpushare: pod {ref}: spec.nodeName and status.phase must be strings", field="spec.nodeName"
+        )
     selector = _str_map(_get(spec, "node_selector", "nodeSelector"), "spec.nodeSelector", key)
     return PodFacts(
         ref,
@@ -262,12 +330,15 @@ def parse_pod(pod: Mapping[str, Any]) -> PodFacts:
 
 
 __all__ = [
+    "FIELD_UNREADABLE",
     "PHASE_PENDING",
     "PHASE_RUNNING",
     "ContainerFacts",
     "PodFacts",
     "PodKey",
+    "PodProblem",
     "PodRef",
     "is_vendor_resource",
     "parse_pod",
+    "problem_of",
 ]

@@ -3,7 +3,7 @@
 ``ANNOTATION_SHADOW_USERS`` on a shadow: ``{"<ns>/<pod>/<container>": ["<virtual ID>", ...]}``;
 ``ANNOTATION_SHADOW_OWNER`` on a sharer: ``{"<ns>/<shadow>": "<shadow uid>"}``. Both are records
 for people, ``gpushare status`` and the leader's slot count, rebuilt every pass from PodResources
-(``controller.core.mapping``). Pure module: stdlib only (docs/architecture.md).
+(``controller.core.mapping``). Pure module: stdlib and ``gpushare`` only (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -11,6 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from gpushare import keys
+
+# A pod name is a DNS subdomain, but a shadow's is ours and short (design §3); a uid is a UUID.
+_MAX_NAME = 63
+_MAX_UID = 64
 
 
 def parse_users_annotation(value: str | None) -> dict[str, tuple[str, ...]]:
@@ -28,18 +34,31 @@ def parse_users_annotation(value: str | None) -> dict[str, tuple[str, ...]]:
 
 
 def parse_owner_annotation(value: str | None) -> dict[str, str]:
+    """``{"<ns>/<shadow>": "<uid>"}``, keeping only entries shaped like what the agent writes.
+
+    The record sits on a tenant's pod, so the tenant can rewrite it: only names a shadow could
+    have (``gpushare-system/<name of at most 63 characters>``) and uid-sized values are kept, and
+    nothing reads it as evidence (docs/security.md, "Records the agent writes on tenant pods").
+    """
     doc = _load_json_object(value)
-    return {k: v for k, v in doc.items() if isinstance(v, str)}
+    prefix = keys.SHADOW_NAMESPACE + "/"
+    return {
+        k: v
+        for k, v in doc.items()
+        if isinstance(v, str) and len(v) <= _MAX_UID and k.startswith(prefix) and 0 < len(k) - len(prefix) <= _MAX_NAME
+    }
 
 
 def _load_json_object(value: str | None) -> dict[str, Any]:
     # These annotations are our own records, rewritten every pass from PodResources; a
     # damaged one must not stop anything, so it reads as "no record" and gets rewritten.
+    # RecursionError: json refuses nesting deeper than the interpreter's stack, which a
+    # tenant-written value can reach in a few kilobytes of brackets.
     if not value:
         return {}
     try:
         doc = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -22,18 +22,19 @@ from typing import Any
 from controller.core.actions import (
     REASON_SHADOW_DEMAND,
     REASON_SHADOW_GONE,
-    REASON_SHADOW_IDLE,
     REASON_WARM_POOL,
     Action,
     CreateShadow,
     DeleteShadow,
     Evict,
+    KillPods,
+    PodToKill,
     RecordEvent,
-    SetDevices,
 )
+from controller.core.holdings import BindingKey, ShadowsByKey, bind_holdings, plan_cascade, shadow_is_gone
 from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
-from controller.core.pod_facts import PodRef
+from controller.core.shadow_drain import is_draining, plan_draining, plan_node_offer, start_drain
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import virtual_ids_of
@@ -68,7 +69,8 @@ def shadow_name(key: ShareKey, ordinal: int) -> str:
     ``shadow-<kind>-<N>-<8 hex of the pool>-<ordinal>``; the pool hash keeps the name short
     and DNS-safe whatever the resource and selector are.
     """
-    digest = hashlib.sha256(str(key.pool).encode()).hexdigest()[:8]
+    # surrogatepass: a selector value is the tenant's text, and a lone surrogate must not raise.
+    digest = hashlib.sha256(str(key.pool).encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"shadow-{key.kind}-{key.spec}-{digest}-{ordinal}"
 
 
@@ -77,6 +79,9 @@ def build_shadow_manifest(key: ShareKey, name: str, cfg: Config) -> dict[str, An
     one_gpu = {key.pool.resource: "1"}
     spec: dict[str, Any] = {
         "priorityClassName": cfg.shadow_priority_class,
+        # Stated, not inherited: a PriorityClass that preempts while the config says it must not
+        # gets the shadow refused at admission instead of evicting someone else's pod.
+        "preemptionPolicy": "PreemptLowerPriority" if cfg.shadow_preemption else "Never",
         "restartPolicy": "Always",
         # The holder does nothing but exist: no token, no links, quick to stop.
         "automountServiceAccountToken": False,
@@ -152,6 +157,8 @@ class _Demand:
             alive.setdefault(s.key, []).append(s)
             if s.facts.node_name:
                 by_node.setdefault((s.facts.node_name, s.key.kind, s.key.spec), []).append(s)
+        for on_node in by_node.values():
+            on_node.sort(key=is_draining)  # a just-bound sharer is counted on a shadow in service first
         pending: dict[ShareKey, list[SharePod]] = {}
         for sharer in snapshot.sharers:
             if sharer.is_pending:
@@ -210,21 +217,29 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
             if not alive:
                 continue
         n = key.spec
-        free = sum(max(0, n - used[s.facts.ref.uid]) for s in alive)
+        # A draining shadow's slots are on their way out (controller/core/shadow_drain.py).
+        in_service = [s for s in alive if not is_draining(s)]
+        free = sum(max(0, n - used[s.facts.ref.uid]) for s in in_service)
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if is_served else 0)
         shortage = target - free
-        create = -(-shortage // n) if shortage > 0 else 0  # exact integer ceil
+        drains = plan_draining(
+            [s for s in alive if is_draining(s)], used, create=-(-shortage // n) if shortage > 0 else 0
+        )
+        actions += drains.actions
+        free += sum(max(0, n - used[s.facts.ref.uid]) for s in drains.back)
+        create = drains.create
         if create:
             reason = REASON_SHADOW_DEMAND if asked > free else REASON_WARM_POOL
             actions += _new_shadows(index, cfg, key, create, reason)
         clocks = {s.facts.ref.uid: empty_since.get(s.facts.ref.uid, now) for s in alive if used[s.facts.ref.uid] == 0}
         new_empty.update(clocks)
-        deletes = _idle_deletes(
-            alive, clocks, now=now, timeout_s=cfg.shadow_idle_timeout_s, spare_slots=free - target, spec=n
+        idle = _idle_deletes(
+            in_service, clocks, now=now, timeout_s=cfg.shadow_idle_timeout_s, spare_slots=free - target, spec=n
         )
-        actions += deletes
-        demand.append(KeyDemand(key, len(alive), free, asked, create, len(deletes)))
+        actions += [start_drain(s, now) for s in idle]
+        deletes = sum(isinstance(a, DeleteShadow) for a in drains.actions)
+        demand.append(KeyDemand(key, len(alive), free, asked, create, deletes))
     return ShadowPlan(tuple(actions), new_empty, tuple(demand))
 
 
@@ -250,21 +265,21 @@ def _idle_deletes(
     timeout_s: float,
     spare_slots: int,
     spec: int,
-) -> list[Action]:
-    """Delete shadows empty for ``timeout_s``, the longest-idle first, while the rest still cover the target.
+) -> list[ShadowPod]:
+    """The shadows to remove: empty for ``timeout_s``, the longest-idle first, while the rest cover the target.
 
     ``empty_since`` has a clock for every empty shadow (one first seen empty, also right
     after a restart, has only just started its clock). ``spare_slots`` is free minus target
-    and each deletion takes ``spec`` slots, so a deletion never triggers a create.
+    and each removal takes ``spec`` slots, so a removal never triggers a create. Removal
+    starts with draining (controller/core/shadow_drain.py), never with the delete.
     """
-    idle = sorted(
-        (since, s.ref) for s in alive if (since := empty_since.get(s.ref.uid)) is not None and now - since >= timeout_s
-    )
-    out: list[Action] = []
-    for _since, ref in idle:
+    idle = [(since, s) for s in alive if (since := empty_since.get(s.ref.uid)) is not None and now - since >= timeout_s]
+    idle.sort(key=lambda t: (t[0], t[1].ref))
+    out: list[ShadowPod] = []
+    for _since, shadow in idle:
         if spare_slots < spec:
             break
-        out.append(DeleteShadow(ref, REASON_SHADOW_IDLE))
+        out.append(shadow)
         spare_slots -= spec
     return out
 
@@ -274,8 +289,8 @@ def _refuse_unknown(key: ShareKey, pending: Iterable[SharePod], cfg: Config) -> 
     if key.pool.resource not in cfg.real_resources:
         reason = REASON_UNKNOWN_POOL
         why = (
-            f"gpushare: pool resource {key.pool.resource!r} (annotation {keys.ANNOTATION_POOL_RESOURCE}) is not one "
-            f"of realResources {list(cfg.real_resources)}; no shadow will be created for it"
+            f"gpushare: pool resource {key.pool.resource!r:.80} (annotation {keys.ANNOTATION_POOL_RESOURCE}) is not "
+            f"one of realResources {list(cfg.real_resources)}; no shadow will be created for it"
         )
     else:
         reason = REASON_UNKNOWN_SPEC
@@ -286,76 +301,76 @@ def _refuse_unknown(key: ShareKey, pending: Iterable[SharePod], cfg: Config) -> 
     return [RecordEvent(p.ref, reason, why, "Warning") for p in pending]
 
 
-def shadow_is_gone(snapshot: Snapshot, shadow_key: str, uid: str | None) -> bool:
-    """True only when the API says so: never from mere absence in a cache that may be stale.
+def plan_node_shares(
+    snapshot: Snapshot,
+    mapping: MappingCache,
+    cfg: Config,
+    *,
+    now: float | None = None,
+    bindings: Mapping[BindingKey, str] | None = None,
+) -> list[Action]:
+    """This node's share plugins' device lists, cascade evictions (with their kills) and mapping records.
 
-    Gone means: the shadow (by uid when recorded) is being deleted or has finished; or a
-    watch reported it deleted; or the name now belongs to another uid; or it is absent
-    from a full LIST taken since the last pass (``snapshot.shadow_list_fresh``).
+    ``now``: the wall clock, for how long a draining shadow's devices stay listed (None: no wait).
+    ``bindings``: ``bind_holdings`` over the agent's stored bindings (controller/core/holdings.py);
+    None binds from this snapshot alone, as an agent without a state file would.
     """
-    return _ShadowsByKey(snapshot).is_gone(shadow_key, uid)
-
-
-class _ShadowsByKey:
-    """The snapshot's shadows and watch-reported deletions by ``ns/name``, indexed once per pass."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.fresh = snapshot.shadow_list_fresh
-        self.namesakes: dict[str, list[ShadowPod]] = {}
-        for s in snapshot.shadows:
-            self.namesakes.setdefault(s.ref.key, []).append(s)
-        self.deleted: dict[str, list[PodRef]] = {}
-        for d in snapshot.deleted_shadows:
-            self.deleted.setdefault(d.key, []).append(d)
-
-    def is_gone(self, shadow_key: str, uid: str | None) -> bool:
-        namesakes = self.namesakes.get(shadow_key, [])
-        ours = [s for s in namesakes if uid is None or s.ref.uid == uid]
-        if ours:
-            return not ours[0].facts.is_alive
-        if any(uid is None or d.uid == uid for d in self.deleted.get(shadow_key, ())):
-            return True
-        if namesakes:  # uid recorded, and the name now belongs to a different pod
-            return True
-        return self.fresh
-
-
-def plan_node_shares(snapshot: Snapshot, mapping: MappingCache, cfg: Config) -> list[Action]:
-    """This node's share plugins' device lists, cascade evictions and mapping records."""
     node = snapshot.node_name
     actions: list[Action] = []
     shadows_here = snapshot.shadows_on(node)
+    held = frozenset(h.shadow_key for h in mapping.holdings)
+    holding = {h.sharer.key for h in mapping.holdings}
     for kind, n in sorted(_configured_specs(cfg)):
-        ids = [
-            vid
-            for s in shadows_here
-            if s.is_running and (s.key.kind, s.key.spec) == (kind, n)
-            for vid in virtual_ids_of(s.ref.namespace, s.ref.name, n)
-        ]
-        actions.append(SetDevices(keys.share_resource(kind, n), tuple(sorted(ids))))
+        resource = keys.share_resource(kind, n)
+        waiting = any(
+            (s.key.kind, s.key.spec) == (kind, n) and s.holds_slots and s.ref.key not in holding
+            for s in snapshot.sharers_on(node)
+        )
+        running = [s for s in shadows_here if s.is_running and (s.key.kind, s.key.spec) == (kind, n)]
+        offered = [(s, virtual_ids_of(s.ref.namespace, s.ref.name, n)) for s in running]
+        actions += plan_node_offer(resource, offered, held=held, waiting_for_admission=waiting, now=now)
 
     sharers_here = {s.ref.key: s for s in snapshot.sharers_on(node)}
-    gone_by_sharer: dict[PodRef, list[str]] = {}
-    by_key = _ShadowsByKey(snapshot)
+    if bindings is None:
+        bindings = bind_holdings(snapshot, mapping, {})
+    evicts = plan_cascade(snapshot, mapping, sharers_here, bindings)
+    actions += _shadow_gone_kills(snapshot, mapping, sharers_here, bindings, evicts)
+    actions += evicts
+    actions += mapping.record_updates(shadows_here, sharers_here.values(), bindings)
+    return actions
+
+
+def _shadow_gone_kills(
+    snapshot: Snapshot,
+    mapping: MappingCache,
+    sharers_here: Mapping[str, SharePod],
+    bindings: Mapping[BindingKey, str],
+    evicts: Iterable[Evict],
+) -> list[Action]:
+    """Kill, through their pod cgroups, the sharers evicted now and those still terminating with a shadow gone.
+
+    The delete alone is not enough: its grace period is the tenant's to set (an hour, say), and
+    the GPU is no longer held for the pod. So the kill comes first, in the same pass as the
+    eviction, and again every pass while the pod terminates, which also takes containers that
+    kubelet restarts and ephemeral ones (the kill is of the whole pod cgroup).
+    """
+    targets = {e.ref.key: sharers_here[e.ref.key] for e in evicts if e.ref.key in sharers_here}
+    by_key = ShadowsByKey(snapshot)
     for h in mapping.holdings:
         sharer = sharers_here.get(h.sharer.key)
-        if sharer is None or sharer.facts.is_terminating:
+        if sharer is None or not sharer.facts.is_terminating or sharer.ref.key in targets:
             continue
-        uid = sharer.owner_shadows.get(h.shadow_key) or None
-        if by_key.is_gone(h.shadow_key, uid):
-            gone_by_sharer.setdefault(sharer.ref, []).append(h.shadow_key)
-    for ref, gone in sorted(gone_by_sharer.items()):
-        names = ", ".join(sorted(set(gone)))
-        actions.append(
-            Evict(
-                ref,
-                REASON_SHADOW_GONE,
-                f"gpushare: shadow pod {names} that held this pod's GPU is gone; evicting so the pod is "
-                "recreated on a live shadow (design §3)",
-            )
-        )
-    actions += mapping.record_updates(shadows_here, sharers_here.values())
-    return actions
+        bound = bindings.get((sharer.ref.uid, h.shadow_key))
+        recorded = sharer.owner_shadows.get(h.shadow_key)
+        # The same test as the cascade's: the agent's binding decides, the tenant's record may only add.
+        if by_key.is_gone(h.shadow_key, bound) or (
+            bool(recorded) and recorded != bound and by_key.is_gone(h.shadow_key, recorded)
+        ):
+            targets[sharer.ref.key] = sharer
+    if not targets:
+        return []
+    pods = tuple(PodToKill(s.ref, sum(c.is_running for c in s.facts.containers)) for _, s in sorted(targets.items()))
+    return [KillPods(pods, REASON_SHADOW_GONE)]
 
 
 __all__ = [

@@ -34,7 +34,11 @@ class CacheView:
 
 
 def _ref(obj: Mapping[str, Any]) -> PodRef:
-    meta = obj.get("metadata") or {}
+    # Never raises: an odd object is kept for the pass, which skips and reports it, rather than
+    # ending the watch thread and leaving the agent blind.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        meta = {}
     return PodRef(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
@@ -83,7 +87,8 @@ class PodCache:
         self._on_change()
 
     def apply(self, event: WatchEvent) -> None:
-        rv = str((event.obj.get("metadata") or {}).get("resourceVersion", ""))
+        meta = event.obj.get("metadata") if isinstance(event.obj, Mapping) else None
+        rv = str(meta.get("resourceVersion", "")) if isinstance(meta, Mapping) else ""
         with self._lock:
             if rv:
                 self._resource_version = rv

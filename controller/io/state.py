@@ -4,8 +4,9 @@ Everything else (which sharer uses which shadow, who borrows which GPU) is deriv
 from PodResources and the API server on every pass. What is kept:
 
 - timers: ``(kind, key) -> since`` in wall-clock seconds; kinds used by the controller are
-  ``shadow-empty`` (shadow uid -> first seen without sharers) and ``spot-back`` (real ID ->
-  when its owner last came back);
+  ``shadow-empty`` (shadow uid -> first seen without sharers), ``spot-back`` (real ID ->
+  when its owner last came back) and ``sharer-shadow`` (``<sharer uid> <shadow ns/name>
+  <shadow uid>`` -> when the node agent first saw that holding, controller/core/holdings.py);
 - counters: ``(name, label) -> total``, e.g. evictions by reason, so ``/metrics`` totals
   survive a restart;
 - idle tracks: the idle detector's per-device history (``controller/core/idle_history.py``),
@@ -34,6 +35,7 @@ FILE_NAME = "controller.sqlite3"
 
 TIMER_SHADOW_EMPTY = "shadow-empty"
 TIMER_SPOT_BACK = "spot-back"
+TIMER_SHARER_SHADOW = "sharer-shadow"
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # version reached -> statements that take the previous version there

@@ -17,6 +17,7 @@ from controller.core.actions import (
     REASON_SHADOW_IDLE,
     REASON_WARM_POOL,
     Action,
+    AnnotatePod,
     CreateShadow,
     DeleteShadow,
     RecordEvent,
@@ -71,11 +72,15 @@ def _str_map(value: object, where: str, pod: str) -> dict[str, str]:
 
 
 def _quantity(value: object, resource: str, pod: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
+    top = 2**63 - 1  # the API's int64
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top:
         return value
-    if isinstance(value, str) and value.strip().isdecimal():
-        return int(value.strip())
-    raise InvalidObject(f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is not a whole number")
+    text = value.strip() if isinstance(value, str) else ""
+    if text.isascii() and text.isdecimal() and len(text) <= len(str(top)):
+        if int(text) > top:
+            raise InvalidObject(f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is more than {top}")
+        return int(text)
+    raise InvalidObject(f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is not a whole number from 0 to {top}")
 
 
 def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) -> tuple[ContainerFacts, ...]:
@@ -153,7 +158,7 @@ def _used_slots(snapshot: Snapshot) -> dict[str, int]:
         if not sharer.holds_slots or sharer.ref.key in recorded:
             continue
         remaining = sharer.quantity
-        for s in snapshot.shadows:  # every shadow, for every unrecorded sharer
+        for s in sorted(snapshot.shadows, key=_draining):  # every shadow, in service first, for every sharer
             same = (s.node_name, s.key.kind, s.key.spec) == (sharer.node_name, sharer.key.kind, sharer.key.spec)
             if not (same and s.facts.is_alive and s.node_name) or remaining == 0:
                 continue
@@ -161,6 +166,22 @@ def _used_slots(snapshot: Snapshot) -> dict[str, int]:
             used[s.ref.uid] += take
             remaining -= take
     return used
+
+
+def _draining(s: ShadowPod) -> bool:
+    return bool(s.facts.annotations.get(keys.ANNOTATION_SHADOW_DRAINING))
+
+
+def _drained(s: ShadowPod) -> bool:
+    marks = s.facts.annotations
+    return _draining(s) and marks.get(keys.ANNOTATION_SHADOW_DRAINED) == marks[keys.ANNOTATION_SHADOW_DRAINING]
+
+
+def _undrain(s: ShadowPod) -> list[Action]:
+    out: list[Action] = [AnnotatePod(s.ref, keys.ANNOTATION_SHADOW_DRAINING, None)]
+    if keys.ANNOTATION_SHADOW_DRAINED in s.facts.annotations:
+        out.append(AnnotatePod(s.ref, keys.ANNOTATION_SHADOW_DRAINED, None))
+    return out
 
 
 def _taken_ordinals(snapshot: Snapshot, key: ShareKey) -> set[int]:
@@ -206,10 +227,24 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
             if not alive:
                 continue
         n = key.spec
-        free = sum(max(0, n - used[s.ref.uid]) for s in alive)
+        serving = [s for s in alive if not _draining(s)]
+        draining = [s for s in alive if _draining(s)]
+        free = sum(max(0, n - used[s.ref.uid]) for s in serving)
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if is_served else 0)
-        create = max(0, -(-(target - free) // n))
+        short = max(0, -(-(target - free) // n))
+        # Draining: a busy one comes back; idle ones come back while the key is short (still listed
+        # first), and an idle one its node has answered for is deleted.
+        busy = [s for s in draining if used[s.ref.uid] > 0]
+        idle_draining = [s for s in draining if used[s.ref.uid] == 0]
+        reuse = ([s for s in idle_draining if not _drained(s)] + [s for s in idle_draining if _drained(s)])[:short]
+        for s in busy + reuse:
+            actions += _undrain(s)
+        deletes: list[Action] = [DeleteShadow(s.ref, REASON_SHADOW_IDLE) for s in idle_draining if _drained(s)]
+        deletes = [d for d in deletes if all(d.ref != s.ref for s in reuse)]  # type: ignore[attr-defined]
+        actions += deletes
+        free += sum(max(0, n - used[s.ref.uid]) for s in busy + reuse)
+        create = short - len(reuse)
         if create:
             taken = _taken_ordinals(snapshot, key)
             free_ordinals = [i for i in range(len(taken) + create) if i not in taken][:create]
@@ -221,15 +256,13 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         clocks = {s.ref.uid: empty_since.get(s.ref.uid, now) for s in alive if used[s.ref.uid] == 0}
         new_empty.update(clocks)
         timeout = cfg.shadow_idle_timeout_s
-        idle = sorted((clocks[s.ref.uid], s.ref) for s in alive if now - clocks.get(s.ref.uid, now + 1) >= timeout)
-        deletes: list[Action] = []
+        idle = sorted((clocks[s.ref.uid], s.ref) for s in serving if now - clocks.get(s.ref.uid, now + 1) >= timeout)
         spare = free - target
         for _since, ref in idle:
             if spare < n:
                 break
-            deletes.append(DeleteShadow(ref, REASON_SHADOW_IDLE))
+            actions.append(AnnotatePod(ref, keys.ANNOTATION_SHADOW_DRAINING, f"{now:.3f}"))
             spare -= n
-        actions += deletes
         demand.append(KeyDemand(key, len(alive), free, asked, create, len(deletes)))
     return ShadowPlan(tuple(actions), new_empty, tuple(demand))
 

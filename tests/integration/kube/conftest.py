@@ -59,7 +59,7 @@ def _wait_ready(kubeconfig: Path, log: Path, deadline: float) -> None:
         try:
             with KubeClient.from_kubeconfig(str(kubeconfig), timeout_s=2.0) as client:
                 # What manifests/10-priorityclasses.yaml installs; shadows name it.
-                pc = {"metadata": {"name": "gpushare-shadow"}, "value": 1000000}
+                pc = {"metadata": {"name": "gpushare-shadow"}, "value": 1000000, "preemptionPolicy": "Never"}
                 client._call("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body=pc, ok=(409,))
                 for ns in NAMESPACES:
                     client._call("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}}, ok=(409,))

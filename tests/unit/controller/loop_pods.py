@@ -24,10 +24,11 @@ def pod(
     limits: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     conditions: list[dict[str, str]] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "metadata": {"namespace": ns, "name": name, "uid": f"uid-{name}", "resourceVersion": rv}
-        | {"labels": labels or {}},
+        | {"labels": labels or {}, "annotations": annotations or {}},
         "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"limits": limits or {}}}]},
         "status": {"phase": phase, "conditions": conditions or []},
     }

@@ -16,6 +16,7 @@ from controller.core.actions import (
     KillPods,
     KmodCommand,
     PodToKill,
+    PublishCapacity,
     RecordEvent,
     RecordNodeEvent,
     SetDevices,
@@ -27,6 +28,7 @@ from controller.core.spot_solver import KmodView
 from controller.errors import ApiUnavailable
 from controller.io.state import StateStore
 from controller.spot_hooks import SpotHooks
+from gpushare import keys
 
 WEB = PodRef("default", "web", "uid-web")
 KEY = ShareKey(Pool("example.com/gpu"), "share", 4)
@@ -56,6 +58,10 @@ class Peers:
 
     def record_node_event(self, node: str, reason: str, message: str, *, type_: str = "Normal") -> None:
         self.calls.append(("node-event", node, reason, type_))
+
+    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
+        self.calls.append(("lower", node, resource, count))
+        return True
 
     def set_devices(self, resource: str, devices: Any) -> None:
         self.calls.append(("devices", resource, tuple(d.id for d in devices)))
@@ -89,19 +95,32 @@ def test_a_device_list_or_health_already_pushed_is_not_pushed_again() -> None:
         ("devices", "gpushare/share-gpu-4", ("s-0", "s-1")),
         ("health", "g0", False),
         ("devices", "gpushare/share-gpu-4", ("s-0",)),
+        # A shorter list is published on the node at once, not at kubelet's next status.
+        ("lower", "n1", "gpushare/share-gpu-4", 1),
         ("health", "g0", True),
     ]
 
 
-def test_shadows_are_created_and_deleted_only_by_the_leader() -> None:
+def test_shadows_are_created_marked_for_removal_and_deleted_only_by_the_leader() -> None:
     create = CreateShadow(KEY, "shadow-x", {"metadata": {"name": "shadow-x"}})
+    mark = AnnotatePod(PodRef("gpushare-system", "shadow-y", "u"), keys.ANNOTATION_SHADOW_DRAINING, "1.000")
     delete = DeleteShadow(PodRef("gpushare-system", "shadow-y", "u"))
     follower, leader = Peers(), Peers()
-    for action in (create, delete):
+    for action in (create, mark, delete):
         applier(follower, leader=False).apply(action, now=1.0)
         applier(leader).apply(action, now=1.0)
     assert follower.calls == []
-    assert leader.calls == [("create", "shadow-x"), ("delete", "gpushare-system/shadow-y")]
+    assert leader.calls == [
+        ("create", "shadow-x"),
+        ("annotate", "gpushare-system/shadow-y", {keys.ANNOTATION_SHADOW_DRAINING: "1.000"}),
+        ("delete", "gpushare-system/shadow-y"),
+    ]
+
+
+def test_a_publish_lowers_the_node_count_through_the_client() -> None:
+    peers = Peers()
+    applier(peers).apply(PublishCapacity("gpushare/share-gpu-4", 4), now=1.0)
+    assert peers.calls == [("lower", "n1", "gpushare/share-gpu-4", 4)]
 
 
 def test_the_same_event_is_written_again_only_after_the_repeat_interval() -> None:

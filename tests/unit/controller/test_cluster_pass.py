@@ -8,12 +8,15 @@ from controller.cluster_pass import plan_cluster
 from controller.core.actions import CreateShadow, DeleteShadow, RecordEvent
 from controller.core.cluster_view import REASON_SHADOW_UNSCHEDULABLE
 from controller.errors import ApiUnavailable
+from gpushare import keys
 from gpushare.config import load_config
 from tests.unit.controller.loop_pods import UNSCHED, pod, shadow
 
 CFG = load_config(text="version: v1\nnodeName: n1\nrealResources: [example.com/gpu]\nshareSpecs: [4]\n")
 SHARER = {"gpushare/share-gpu-4": "1"}
 IDLE_SINCE = {"uid-s": 0.0}  # empty since t=0; the idle timeout (600 s) has passed at NOW
+# Marked for removal by the leader and answered by its node: the devices are withdrawn.
+DRAINED = {keys.ANNOTATION_SHADOW_DRAINING: "1.000", keys.ANNOTATION_SHADOW_DRAINED: "1.000"}
 NOW = 1000.0
 
 
@@ -42,7 +45,7 @@ def deletions(actions: tuple[Any, ...]) -> list[str]:
 
 
 def test_an_idle_shadow_is_deleted_when_fresh_lists_agree() -> None:
-    idle = shadow("s", node="n1", phase="Running")
+    idle = shadow("s", node="n1", phase="Running", annotations=DRAINED)
     lists = FreshLists([idle])
     result = plan_cluster(CFG, lists, ((idle,), (), (idle,)), IDLE_SINCE, NOW)
     assert deletions(result.actions) == ["gpushare-system/s"]
@@ -53,14 +56,14 @@ def test_an_idle_shadow_is_deleted_when_fresh_lists_agree() -> None:
 
 
 def test_a_sharer_the_caches_missed_keeps_its_shadow() -> None:
-    idle = shadow("s", node="n1", phase="Running")
+    idle = shadow("s", node="n1", phase="Running", annotations=DRAINED)
     lists = FreshLists([idle, pod("web", limits=SHARER)])  # pending now, not yet in the pending cache
     result = plan_cluster(CFG, lists, ((idle,), (), (idle,)), IDLE_SINCE, NOW)
     assert deletions(result.actions) == []
 
 
 def test_no_deletion_when_the_fresh_lists_fail() -> None:
-    idle = shadow("s", node="n1", phase="Running")
+    idle = shadow("s", node="n1", phase="Running", annotations=DRAINED)
     result = plan_cluster(CFG, FreshLists([idle], fail=True), ((idle,), (), (idle,)), IDLE_SINCE, NOW)
     assert deletions(result.actions) == []
 

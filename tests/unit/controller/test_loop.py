@@ -37,6 +37,10 @@ class FakeClient:
             out = [p for p in out if p["metadata"]["namespace"] == sel["namespace"]]
         return list(out), "1"
 
+    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
+        self.calls.append(("lower", node, resource, count))
+        return True
+
     def create_pod(self, manifest: Any) -> bool:
         self.calls.append(("create", manifest["metadata"]["name"]))
         return True

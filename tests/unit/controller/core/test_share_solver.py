@@ -42,7 +42,13 @@ def creates(actions: Any) -> list[CreateShadow]:
 
 
 def deletes(actions: Any) -> list[str]:
-    return [a.ref.name for a in actions if isinstance(a, DeleteShadow)]
+    """Shadows whose removal starts (marked draining) or ends (deleted) in this pass."""
+    return [
+        a.ref.name
+        for a in actions
+        if isinstance(a, DeleteShadow)
+        or (isinstance(a, AnnotatePod) and a.key == keys.ANNOTATION_SHADOW_DRAINING and a.value is not None)
+    ]
 
 
 def used_users(n: int, shadow_name_: str) -> dict[str, list[str]]:

@@ -73,3 +73,16 @@ def test_cache_watches_from_the_last_resource_version_and_resyncs_on_schedule() 
     failing = Failing([pod("a")])
     PodCache(failing, resync_s=60, clock=lambda: now[0]).run(stop)  # type: ignore[arg-type]
     assert failing.lists == 2
+
+
+def test_an_object_with_odd_metadata_neither_stops_the_watch_nor_hides_the_others() -> None:
+    cache = PodCache(ListOnly([pod("a")]), resync_s=300)  # type: ignore[arg-type]
+    cache.relist()
+    cache.apply(WatchEvent("ADDED", {"metadata": "not an object"}))
+    cache.apply(WatchEvent("MODIFIED", pod("b", rv="11")))
+    names = sorted(
+        str((p.get("metadata") or {}).get("name", "?"))
+        for p in cache.view().pods
+        if p.get("metadata") != "not an object"
+    )
+    assert names == ["a", "b"] and len(cache.view().pods) == 3

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.core.actions import DeleteShadow
+from controller.core.actions import AnnotatePod
 from controller.core.idle_history import TrackRecord
 from controller.core.share_solver import plan_shadows
 from controller.errors import StateError
@@ -76,7 +76,8 @@ def test_an_idle_clock_survives_an_agent_restart(tmp_path: Path) -> None:
         store.save_timers(TIMER_SHADOW_EMPTY, plan.empty_since)
     with StateStore(cfg.state_dir) as store:  # after: the clock still reads from 1000, not from now
         later = plan_shadows(s, cfg, 1000.0 + cfg.shadow_idle_timeout_s, store.load_timers(TIMER_SHADOW_EMPTY))
-    assert [a.ref.name for a in later.actions if isinstance(a, DeleteShadow)] == ["s"]
+    # Removal starts by marking the shadow draining (controller/core/shadow_drain.py).
+    assert [a.ref.name for a in later.actions if isinstance(a, AnnotatePod) and a.value] == ["s"]
 
 
 TRACKS = [

@@ -1,0 +1,115 @@
+"""The node's part of a reconcile pass: spot's plan, then the share plugins' lists, cascade and records.
+
+Every agent runs it for its own node. The parts of a pass fail on their own (``PassParts``):
+an exception in the leader's cluster plan costs no node action, one in spot's plan costs
+no share action, and the other way round; the next pass tries the failed part again. Spot
+fails closed: without a plan, every spot device turns Unhealthy, so no borrower is admitted
+on a decision that was never made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from controller.core.actions import Action, SetSpotHealth
+from controller.core.holdings import bind_holdings, decode_bindings, encode_bindings
+from controller.core.mapping import MappingCache
+from controller.core.model import Snapshot
+from controller.core.share_solver import plan_node_shares
+from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
+from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
+from controller.spot_hooks import SpotHooks
+from gpushare.config import Config
+from gpushare.log import kv
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# Timers by kind (controller/io/state.py): the loop's store, or memory without one.
+LoadTimers = Callable[[str], dict[str, float]]
+SaveTimers = Callable[[str, Mapping[str, float]], None]
+
+
+class PassParts:
+    """Runs the parts of one pass so that each fails alone; ``failures`` says which did (report.error)."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def run(self, part: str, plan: Callable[[], _T], fallback: _T) -> _T:
+        """``plan()``, or ``fallback`` when it raises: whatever a part raises costs that part's actions only."""
+        try:
+            return plan()
+        except Exception as exc:
+            log.exception("part of the reconcile pass failed; the other parts still apply", extra=kv(part=part))
+            self.failures.append(f"{part} failed: {type(exc).__name__}: {exc!s:.200}")
+            return fallback
+
+
+@dataclass(frozen=True)
+class NodePass:
+    """What the pass decided for this node: spot first, then the share plugins' device lists."""
+
+    actions: tuple[Action, ...] = ()
+    spot: tuple[GpuSpot, ...] = ()
+    spot_plan: SpotPlan | None = None  # for the loop to hand on (return table, next deadline, lent GPUs)
+
+
+def plan_node(
+    cfg: Config,
+    snap: Snapshot,
+    mapping: MappingCache,
+    now: float,
+    *,
+    parts: PassParts,
+    spot: SpotHooks | None,
+    load: LoadTimers,
+    save: SaveTimers,
+) -> NodePass:
+    """Spot's plan (when spot is wired in), then the share plugins'; each part fails on its own."""
+    nothing: tuple[Action, ...] = ()
+    shares = parts.run("shares", lambda: plan_shares(cfg, snap, mapping, now, load=load, save=save), nothing)
+    if spot is None:
+        return NodePass(shares)
+    spot_plan = parts.run("spot", lambda: _plan_spot(cfg, spot, snap, mapping, now=now, load=load), None)
+    if spot_plan is None:
+        real_ids = sorted({rid for ids in snap.allocatable.values() for rid in ids})
+        return NodePass((*(SetSpotHealth(rid, False, "the spot plan failed") for rid in real_ids), *shares))
+    save(TIMER_SPOT_BACK, spot_plan.back_at)
+    return NodePass((*spot_plan.actions, *shares), spot_plan.gpus, spot_plan)
+
+
+def plan_shares(
+    cfg: Config, snap: Snapshot, mapping: MappingCache, now: float, *, load: LoadTimers, save: SaveTimers
+) -> tuple[Action, ...]:
+    """The share plugins' lists, cascade and records, with holdings bound to shadow uids in the state file."""
+    stored = load(TIMER_SHARER_SHADOW)
+    bindings = bind_holdings(snap, mapping, decode_bindings(stored))
+    actions = plan_node_shares(snap, mapping, cfg, now=now, bindings=bindings)
+    if (timers := encode_bindings(bindings, stored, now)) != stored:
+        save(TIMER_SHARER_SHADOW, timers)
+    return tuple(actions)
+
+
+def _plan_spot(
+    cfg: Config, spot: SpotHooks, snap: Snapshot, mapping: MappingCache, *, now: float, load: LoadTimers
+) -> SpotPlan:
+    return plan_spot(
+        snap,
+        mapping,
+        real_resources=cfg.real_resources,
+        verdicts=spot.verdicts(now),
+        notices=spot.notices(),
+        kmod=spot.kmod_view(),
+        back_at=load(TIMER_SPOT_BACK),
+        now=now,
+        idle_window_s=cfg.idle_window_s,
+        lending_blocked=spot.blocked(),
+    )
+
+
+__all__ = ["LoadTimers", "NodePass", "PassParts", "SaveTimers", "plan_node", "plan_shares"]

@@ -1,0 +1,124 @@
+"""The admission policies (manifests/50-admission.yaml) agree with the contract in gpushare/keys.py
+and with the rest of the chart. What they refuse is tested in the real API server, in
+tests/integration/admission/; here, offline, that every key of the contract has an owner and the
+policy reserves exactly the agent's."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpushare import keys
+from localcluster.errors import ClusterUnavailable
+from localcluster.helm import helm_binary
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+CHART = MANIFESTS / "chart"
+
+# Who writes each key of the contract (docs/design.md §4.3, docs/security.md). A key added to
+# gpushare/keys.py fails the test below until it is listed here, and, if only the agent writes
+# it, in the policy's agentAnnotations.
+AGENT_ANNOTATIONS = {
+    "gpushare.k8s.io/shadow-users",
+    "gpushare.k8s.io/shadow-owner",
+    "gpushare.k8s.io/draining",
+    "gpushare.k8s.io/drained",
+}
+SHADOW_LABELS = {"gpushare.k8s.io/role", "gpushare.k8s.io/share-kind", "gpushare.k8s.io/share-spec"}
+PLUGINS_ONLY = "a container annotation from our device plugins; as a pod annotation the NRI plugin refuses it"
+NOT_THE_AGENTS = {
+    "gpushare.k8s.io/pool-resource": "the tenant's request for a pool",
+    "gpushare.k8s.io/lendable": "the tenant's consent to lend",
+    "gpushare.k8s.io/container-devices-from.": "the tenant's Docker-in-Docker source, inside its own pod",
+    "gpushare.k8s.io/container-devices-from": PLUGINS_ONLY,
+    "gpushare.k8s.io/container-devices-ids": PLUGINS_ONLY,
+}
+
+
+def _docs() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / "50-admission.yaml").read_text()) if d]
+
+
+def _named(kind: str, name: str, docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    (doc,) = [d for d in (docs or _docs()) if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def _variable(policy: dict[str, Any], name: str) -> str:
+    (expr,) = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == name]
+    return str(expr)
+
+
+def _strings(cel_list: str) -> set[str]:
+    return set(re.findall(r"'([^']*)'", cel_list))
+
+
+def test_every_key_of_the_contract_has_an_owner() -> None:
+    ours = keys.DOMAIN + "/"
+    contract = {v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str) and v.startswith(ours)}
+    unowned = contract - AGENT_ANNOTATIONS - SHADOW_LABELS - set(NOT_THE_AGENTS)
+    assert not unowned, f"gpushare/keys.py has keys no one here owns: {sorted(unowned)}; list them in this test"
+
+
+def test_the_policy_reserves_exactly_the_agents_keys() -> None:
+    policy = _named("ValidatingAdmissionPolicy", "gpushare-pods")
+    assert _strings(_variable(policy, "agentAnnotations")) == AGENT_ANNOTATIONS
+    assert _strings(_variable(policy, "shadowLabels")) == SHADOW_LABELS
+    assert {keys.ANNOTATION_SHADOW_USERS, keys.ANNOTATION_SHADOW_OWNER} <= AGENT_ANNOTATIONS
+    assert {keys.LABEL_ROLE, keys.LABEL_SHARE_KIND, keys.LABEL_SHARE_SPEC} == SHADOW_LABELS
+    dind = _variable(policy, "dindTargets")
+    assert f"substring({len(keys.POD_ANNOTATION_DEVICES_FROM_PREFIX)})" in dind
+    assert keys.POD_ANNOTATION_DEVICES_FROM_PREFIX in _variable(policy, "dindKeys")
+    asked = _variable(policy, "shares") + _variable(policy, "asksSpot")
+    for prefix in (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_PREFIX, keys.RESOURCE_SPOT_GPU):
+        assert f"'{prefix}" in asked, prefix
+
+
+def test_the_policies_name_the_agents_service_account_and_config() -> None:
+    rbac = list(yaml.safe_load_all((MANIFESTS / "20-rbac.yaml").read_text()))
+    (sa,) = [d for d in rbac if d and d["kind"] == "ServiceAccount"]
+    user = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    assert sa["metadata"]["namespace"] == keys.SHADOW_NAMESPACE
+    pods = _named("ValidatingAdmissionPolicy", "gpushare-pods")
+    node = _named("ValidatingAdmissionPolicy", "gpushare-agent-node")
+    assert _variable(pods, "isAgent") == f"request.userInfo.username == '{user}'"
+    assert node["spec"]["matchConditions"] == [
+        {"name": "is-the-agent", "expression": f"request.userInfo.username == '{user}'"}
+    ]
+    config = yaml.safe_load((MANIFESTS / "30-config.yaml").read_text())["data"]["config.yaml"]
+    assert yaml.safe_load(_variable(pods, "realResources")) == yaml.safe_load(config)["realResources"]
+    for policy in (pods, node):
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        binding = _named("ValidatingAdmissionPolicyBinding", policy["metadata"]["name"])
+        assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+def _helm_template(*sets: str) -> subprocess.CompletedProcess[str]:
+    try:
+        helm = helm_binary()
+    except ClusterUnavailable as exc:
+        pytest.fail(f"{exc}; the chart's switches cannot be checked without it")
+    args = [str(helm), "template", "gpushare", str(CHART), "--show-only", "templates/50-admission.yaml"]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_the_admission_switches() -> None:
+    off = _helm_template("admission.enabled=false")
+    assert off.returncode != 0 and "could not find template" in off.stderr, off.stderr
+    warn = _helm_template("admission.validationActions={Warn,Audit}", "config.realResources={amd.com/gpu}")
+    assert warn.returncode == 0, warn.stderr
+    docs = [d for d in yaml.safe_load_all(warn.stdout) if d]
+    for name in ("gpushare-pods", "gpushare-agent-node"):
+        assert _named("ValidatingAdmissionPolicyBinding", name, docs)["spec"]["validationActions"] == ["Warn", "Audit"]
+    pods = _named("ValidatingAdmissionPolicy", "gpushare-pods", docs)
+    assert yaml.safe_load(_variable(pods, "realResources")) == ["amd.com/gpu"]
+    bad = _helm_template("admission.validationActions={Refuse}")
+    assert bad.returncode != 0 and 'admission.validationActions: "Refuse" is not one of Deny, Warn, Audit' in bad.stderr
