@@ -11,10 +11,18 @@ they happen. Spot adds its own collector (``controller.spot.counters.SpotCounter
     gpushare_shadows{phase}                   shadow pods the agent sees
     gpushare_sharers{phase}                   sharer pods the agent sees
     gpushare_evictions_total{reason}          pods evicted since start
+    gpushare_pod_input_errors_total{field}    pods skipped since start: that field could not be read
     gpushare_leader                           1 while this agent holds the Lease
     gpushare_reconcile_last_pass_timestamp_seconds, gpushare_reconcile_pass_seconds
     gpushare_nri_connected                    1 while the NRI plugin is registered with containerd
     gpushare_nri_handler_seconds{decision}    CreateContainer handler latency (histogram)
+    gpushare_gpu_user{node, namespace, pod, container, role, source, resource, vendor, device_id, <join>}
+                                              1 per container and real GPU it holds or sees (attribution.py)
+    gpushare_shadow_slots{node, shadow, resource, vendor, device_id, <join>}        N of each shadow here
+    gpushare_shadow_slots_used{...}, gpushare_shadow_sharers{...}                 slots held; sharer containers
+
+``<join>`` are the vendor exporter's own device labels (``attribution.JOIN_LABELS``), so a
+recording rule can join our rows with the exporter's series (docs/observability.md).
 
 Only these series are written: the library's ``<name>_created`` companions are dropped.
 """
@@ -29,8 +37,13 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from controller.metrics.adapters.model import DeviceMetrics
+from controller.metrics.attribution import Attribution, join_label_names, join_values, vendor_of
+
 # The text format generate_latest writes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# gpushare_gpu_user's own labels; the vendor's join labels follow them.
+USER_LABELS = ("node", "namespace", "pod", "container", "role", "source", "resource", "vendor", "device_id")
 NRI_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -62,6 +75,10 @@ class PassReport(Protocol):
     def sharers(self) -> Sequence[PodPhase]: ...
     @property
     def evictions_total(self) -> Mapping[str, int]: ...
+    @property
+    def pod_input_errors_total(self) -> Mapping[str, int]: ...
+    @property
+    def attribution(self) -> Attribution: ...
 
 
 def _gauge(name: str, help_: str, label: str, values: Mapping[str, float]) -> GaugeMetricFamily:
@@ -109,6 +126,14 @@ class PassCollector:
         for reason, n in sorted(report.evictions_total.items()):
             evictions.add_metric([reason], n)
         yield evictions
+        input_errors = CounterMetricFamily(
+            "gpushare_pod_input_errors_total",
+            "Pods skipped since start because a field of theirs could not be read, by field.",
+            labels=["field"],
+        )
+        for field_name, n in sorted(report.pod_input_errors_total.items()):
+            input_errors.add_metric([field_name], n)
+        yield input_errors
         yield from self._liveness(report)
 
     def _liveness(self, report: PassReport) -> Iterator[Metric]:
@@ -126,6 +151,55 @@ class PassCollector:
             yield GaugeMetricFamily(
                 "gpushare_nri_connected", "1 while the NRI plugin is registered with containerd.", float(connected)
             )
+
+
+class AttributionCollector:
+    """``gpushare_gpu_user`` and the shadow slot families, labelled so they join the vendor exporter's series.
+
+    ``devices`` is the agent's latest scrape of the exporter (empty without one): it names the
+    vendor when the config says ``auto`` and gives each real ID the exporter's index label.
+    """
+
+    def __init__(
+        self,
+        report: Callable[[], PassReport],
+        *,
+        node: str,
+        vendor: str = "auto",
+        devices: Callable[[], Sequence[DeviceMetrics]] = lambda: (),
+    ) -> None:
+        self._report = report
+        self._node = node
+        self._vendor = vendor
+        self._devices = devices
+
+    def collect(self) -> Iterator[Metric]:
+        found = self._report().attribution
+        devices = tuple(self._devices())
+        vendor = vendor_of(self._vendor, devices)
+        join = join_label_names(vendor)
+        user = GaugeMetricFamily(
+            "gpushare_gpu_user",
+            "1 for each container and real GPU it holds or sees on this node; role: owner, shadow, sharer, dind "
+            "or borrower; source: the shadow, DinD source or lending owner.",
+            labels=[*USER_LABELS, *join],
+        )
+        for u in found.users:
+            row = [self._node, u.namespace, u.pod, u.container, u.role, u.source, u.resource, vendor, u.device_id]
+            user.add_metric([*row, *join_values(vendor, u.device_id, devices)], 1.0)
+        yield user
+        names = ["node", "shadow", "resource", "vendor", "device_id", *join]
+        slots = GaugeMetricFamily("gpushare_shadow_slots", "Slots (N) of each shadow holding a GPU here.", labels=names)
+        used = GaugeMetricFamily("gpushare_shadow_slots_used", "Slots of each shadow its sharers hold.", labels=names)
+        sharers = GaugeMetricFamily(
+            "gpushare_shadow_sharers", "Sharer containers holding slots of each shadow.", labels=names
+        )
+        for s in found.shadows:
+            labels = [self._node, s.shadow, s.resource, vendor, s.device_id, *join_values(vendor, s.device_id, devices)]
+            slots.add_metric(labels, float(s.slots))
+            used.add_metric(labels, float(s.used))
+            sharers.add_metric(labels, float(s.sharers))
+        yield from (slots, used, sharers)
 
 
 class _WithoutCreated:
@@ -152,6 +226,9 @@ class AgentMetrics:
         *,
         nri_connected: Callable[[], bool | None] = lambda: None,
         collectors: Iterable[Collector] = (),
+        node: str = "",
+        vendor: str = "auto",
+        devices: Callable[[], Sequence[DeviceMetrics]] = lambda: (),
     ) -> None:
         self.registry = CollectorRegistry()
         self.nri_handler_seconds = Histogram(
@@ -161,7 +238,14 @@ class AgentMetrics:
             buckets=NRI_LATENCY_BUCKETS_S,
             registry=None,
         )
-        own: list[Collector] = [PassCollector(report, nri_connected), self.nri_handler_seconds]
+        # Both series from the start at 0: a first refusal is then an increase, as rate() and the alert see it.
+        for decision in ("inject", "refuse"):
+            self.nri_handler_seconds.labels(decision)
+        own: list[Collector] = [
+            PassCollector(report, nri_connected),
+            AttributionCollector(report, node=node, vendor=vendor, devices=devices),
+            self.nri_handler_seconds,
+        ]
         for collector in (*own, *collectors):
             self.registry.register(_WithoutCreated(collector))
 
@@ -184,6 +268,7 @@ __all__ = [
     "CONTENT_TYPE",
     "NRI_LATENCY_BUCKETS_S",
     "AgentMetrics",
+    "AttributionCollector",
     "PassCollector",
     "PassReport",
     "PodPhase",

@@ -20,6 +20,7 @@ from controller.core.detectors import IdleDetector, IdleState, IdleStatus, IdleV
 from controller.core.idle_history import to_records, trusted_tracks
 from controller.errors import MetricsError, StateError
 from controller.io.state import StateStore
+from controller.metrics.adapters.model import DeviceMetrics
 from controller.metrics.scrape import Scraper
 from gpushare.log import kv
 
@@ -56,6 +57,7 @@ class UtilizationWatcher:
         self._lock = threading.Lock()
         self._states: dict[str, IdleState] = {}
         self._busy_at: list[float] = []
+        self._devices: tuple[DeviceMetrics, ...] = ()  # the last scrape that worked, for /metrics' join labels
         self.last_error = ""
         self.last_scrape_at: float | None = None
         self._thread: threading.Thread | None = None
@@ -77,6 +79,7 @@ class UtilizationWatcher:
         else:
             with self._lock:
                 statuses = self._detector.observe_scrape(result.devices, now)
+                self._devices = tuple(result.devices)
                 self.last_error = ""
                 self.last_scrape_at = now
         changed = False
@@ -140,6 +143,10 @@ class UtilizationWatcher:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+    def last_devices(self) -> tuple[DeviceMetrics, ...]:
+        """The devices of the last scrape that worked (empty before one)."""
+        return self._devices
 
     def take_busy_times(self) -> list[float]:
         """Monotonic times GPUs turned busy since the last call (candidate return signals)."""

@@ -144,3 +144,66 @@ def test_line_order_does_not_change_the_devices(name: str, seed: int) -> None:
     lines = [line for line in text.split("\n") if line and not line.startswith("#")]
     random.Random(seed).shuffle(lines)
     assert parse_metrics("\n".join(lines)).devices == parse_metrics(text).devices
+
+
+# "Not measured" as each vendor writes it (controller/metrics/adapters/sentinels.py, docs/metrics.md "Sentinels"),
+# and what every vendor shares: NaN, infinities, negatives, and the unavailable words.
+SHARED_SENTINELS = ["NaN", "+Inf", "-1", "-100", "N/A", "[N/A]", "NA", "[Not Supported]", "<<<NOT_SUPPORTED>>>"]
+VENDOR_SENTINELS = {
+    "nvidia": [
+        "2147483632",
+        "2147483634",
+        "2147483647",
+        "9223372036854775792",
+        "9223372036854775794",
+        "140737488355328",
+        "140737488355330",
+    ],
+    "amd": ["65535", "2147483647", "4294967295", "4294967296", "18446744073709551615"],
+    "ascend": ["4294967295", "4294967296", "2147483647"],
+}
+
+
+def _with_value(line: str, value: str) -> str:
+    """The sample line with its value replaced, its timestamp (if any) kept."""
+    head, brace, tail = line.rpartition("}")
+    if not brace:
+        head, _, tail = line.partition(" ")
+    fields = tail.split()
+    return f"{head}{brace} {' '.join([value, *fields[1:]])}"
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(FIXTURES), field=st.sampled_from(sorted(SOURCES)), data=st.data())
+def test_a_sentinel_in_every_source_of_a_field_is_unknown_and_not_a_bad_line(
+    name: str, field: str, data: st.DataObject
+) -> None:
+    vendor, _ = EXPECTED[name]
+    sentinel = data.draw(st.sampled_from(SHARED_SENTINELS + VENDOR_SENTINELS.get(vendor, [])), label="sentinel")
+    adapter = get_adapter(vendor)
+    assert isinstance(adapter, TableAdapter)
+    text = fixture_text(name)
+    names = {s.name for s in parse_text(text).samples}
+    prefix = adapter.resolve_prefix(names)
+    fed = {n for n in names if (key := adapter.metric_key(n, prefix)) and adapter.rules[key].field in SOURCES[field]}
+    lines = [
+        _with_value(line, sentinel) if any(line.startswith((f + "{", f + " ")) for f in fed) else line
+        for line in text.split("\n")
+    ]
+    result = parse_metrics("\n".join(lines), vendor=vendor)
+    assert result.bad_lines == parse_metrics(text, vendor=vendor).bad_lines
+    check_invariants(result)
+    for d in result.devices:
+        if field == "memory_total_bytes" and (d.sub_device or "").startswith("vdcu"):
+            continue  # a vDCU's total is its vdcu_memory_cap label, not a family
+        assert getattr(d, field) is None, (name, d.device_id, field, sentinel)
+
+
+@settings(max_examples=300)
+@given(value=st.floats(min_value=0, max_value=100, allow_nan=False), vendor=st.sampled_from(sorted(VENDOR_SENTINELS)))
+def test_every_reading_below_the_sentinels_is_kept(value: float, vendor: str) -> None:
+    """The sentinel rules take nothing that is a reading: any utilization 0..100 stays a number."""
+    adapter = get_adapter(vendor)
+    assert isinstance(adapter, TableAdapter)
+    (rule,) = [r for r in adapter.rules.values() if r.field == UTIL and r.scale == 1.0][:1]
+    assert adapter.clean(rule, value) == value

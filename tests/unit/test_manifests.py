@@ -15,13 +15,14 @@ from gpushare.config import load_config
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 CHART = MANIFESTS / "chart"
+PROMETHEUS = MANIFESTS / "prometheus"  # Prometheus's own rule and test files, not Kubernetes objects
 
 
 def _docs() -> list[dict[str, Any]]:
     """Every object of the plain manifests and examples; the chart's Go templates are not YAML yet."""
     docs: list[dict[str, Any]] = []
     for path in sorted(MANIFESTS.rglob("*.yaml")):
-        if CHART not in path.parents:
+        if CHART not in path.parents and PROMETHEUS not in path.parents:
             docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
 

@@ -56,7 +56,9 @@ def _template(*sets: str) -> list[dict[str, Any]]:
 
 
 def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in docs if d["kind"] == kind]
+    # The ConfigMap meant is the agent's config; the chart's other one holds the Prometheus rules.
+    name = "gpushare-config" if kind == "ConfigMap" else None
+    (doc,) = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
 
 

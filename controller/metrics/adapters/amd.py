@@ -19,6 +19,7 @@ from controller.metrics.adapters.base import (
     register,
 )
 from controller.metrics.adapters.model import DeviceMetrics
+from controller.metrics.adapters.sentinels import is_amd_not_applicable
 
 PARTITION_ID = "gpu_partition_id"
 COMPUTE_PARTITION_TYPE = "gpu_compute_partition_type"
@@ -69,6 +70,9 @@ class AmdAdapter(TableAdapter):
         if partition == "0" and labels.get(COMPUTE_PARTITION_TYPE, "") in WHOLE_GPU_MODES:
             return None
         return f"part{partition}"
+
+    def is_sentinel(self, raw: float) -> bool:
+        return is_amd_not_applicable(raw)
 
     def pick(self, draft: Draft, field: str) -> float | None:
         if field != POWER:

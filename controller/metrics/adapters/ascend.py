@@ -6,9 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from controller.metrics.adapters.base import MEM_TOTAL, MEM_USED, MIB, POWER, UTIL, Rule, TableAdapter, register
-
-# Older builds emit these when a read fails (-1 is caught as a negative by every adapter).
-ASCEND_SENTINELS = frozenset({4294967295.0, 2147483647.0})
+from controller.metrics.adapters.sentinels import ASCEND_SENTINELS
 
 
 @register

@@ -11,6 +11,7 @@ Decision code: stdlib and ``gpushare``/``controller.errors`` only, no I/O, no cl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -40,6 +41,7 @@ __all__ = [
     "adapter_names",
     "get_adapter",
     "register",
+    "unread_when_total_unknown",
 ]
 
 KIB = 1024
@@ -230,6 +232,8 @@ class TableAdapter(GpuAdapter):
     pci_labels: ClassVar[tuple[str, ...]] = ()
     node_labels: ClassVar[tuple[str, ...]] = DEFAULT_NODE_LABELS
     workload_labels: ClassVar[tuple[tuple[str, str, str], ...]] = DEFAULT_WORKLOAD_LABELS
+    # Fields whose 0 is the exporter's failed read, never a reading (Hygon, Iluvatar: docs/metrics.md).
+    zero_is_unread: ClassVar[frozenset[str]] = frozenset()
 
     # ---- hooks -------------------------------------------------------------------------------
 
@@ -282,7 +286,7 @@ class TableAdapter(GpuAdapter):
 
     def clean(self, rule: Rule, raw: float) -> float | None:
         """The normalised value, or None when the raw reading means "unknown"."""
-        if not is_valid_raw(raw) or self.is_sentinel(raw):
+        if not is_valid_raw(raw) or self.is_sentinel(raw) or (raw == 0 and rule.field in self.zero_is_unread):
             return None
         value = raw * rule.scale
         if rule.field == UTIL and value > 100.0:
@@ -367,6 +371,19 @@ class TableAdapter(GpuAdapter):
             power_watts=_round(self.pick(draft, POWER)),
             timestamp_ms=draft.timestamp_ms,
         )
+
+
+def unread_when_total_unknown(device: DeviceMetrics) -> DeviceMetrics:
+    """For exporters that write 0 when a driver call fails: with the memory total unknown (its 0
+    is a failed read), a 0 utilization or used memory is more likely the same failure than a
+    reading, and unknown never counts as idle."""
+    if device.memory_total_bytes is not None:
+        return device
+    return dataclasses.replace(
+        device,
+        utilization_pct=None if device.utilization_pct == 0 else device.utilization_pct,
+        memory_used_bytes=None if device.memory_used_bytes == 0 else device.memory_used_bytes,
+    )
 
 
 def _round(value: float | None) -> float | None:

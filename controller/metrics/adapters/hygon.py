@@ -6,7 +6,17 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
-from controller.metrics.adapters.base import MEM_TOTAL, MEM_USED, POWER, UTIL, Draft, Rule, TableAdapter, register
+from controller.metrics.adapters.base import (
+    MEM_TOTAL,
+    MEM_USED,
+    POWER,
+    UTIL,
+    Draft,
+    Rule,
+    TableAdapter,
+    register,
+    unread_when_total_unknown,
+)
 from controller.metrics.adapters.model import DeviceMetrics
 
 
@@ -29,6 +39,9 @@ class HygonAdapter(TableAdapter):
     index_labels = ("minor_number",)
     model_labels = ("name",)
     pci_labels = ("pcieBus_number",)
+    # dcu-dcgm ignores the error of each rocm-smi call and exports the zero value: a powered DCU
+    # never draws 0 W and never has 0 bytes of memory (pkg/dcgm/api.go of Project-HAMi/dcu-dcgm).
+    zero_is_unread = frozenset({POWER, MEM_TOTAL})
 
     def sub_device(self, labels: Mapping[str, str]) -> str | None:
         vdcu = labels.get("vdcu_minor_number")
@@ -40,4 +53,4 @@ class HygonAdapter(TableAdapter):
             cap = draft.labels.get("vdcu_memory_cap", "")
             if cap.isascii() and cap.isdigit():
                 device = dataclasses.replace(device, memory_total_bytes=int(cap))
-        return device
+        return unread_when_total_unknown(device)

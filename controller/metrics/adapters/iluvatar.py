@@ -12,10 +12,13 @@ from controller.metrics.adapters.base import (
     MIB,
     POWER,
     UTIL,
+    Draft,
     Rule,
     TableAdapter,
     register,
+    unread_when_total_unknown,
 )
+from controller.metrics.adapters.model import DeviceMetrics
 
 
 @register
@@ -32,3 +35,9 @@ class IluvatarAdapter(TableAdapter):
     serial_labels = ("serial",)
     index_labels = ("gpu",)
     model_labels = ("name",)
+    # ix-exporter returns 0 when an IXML call fails (pkg/collector/gpu_collector.go): a powered GPU
+    # never draws 0 W and never has 0 bytes of memory.
+    zero_is_unread = frozenset({POWER, MEM_TOTAL})
+
+    def finish(self, draft: Draft) -> DeviceMetrics:
+        return unread_when_total_unknown(self.build(draft))

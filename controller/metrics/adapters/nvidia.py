@@ -17,13 +17,7 @@ from controller.metrics.adapters.base import (
     TableAdapter,
     register,
 )
-
-# DCGM's "blank" values (dcgm_fields.h): int32 blanks are 0x7ffffff0..0x7fffffff, int64 blanks
-# start at 0x7ffffffffffffff0, fp64 blanks at 2**47. None is a plausible reading of any field.
-DCGM_INT32_BLANK = 0x7FFFFFF0
-DCGM_INT32_MAX = 0x7FFFFFFF
-DCGM_INT64_BLANK = float(0x7FFFFFFFFFFFFFF0)
-DCGM_FP64_BLANK = float(2**47)
+from controller.metrics.adapters.sentinels import is_dcgm_blank
 
 
 @register
@@ -58,4 +52,4 @@ class NvidiaAdapter(TableAdapter):
         return f"mig{instance}" if instance else None
 
     def is_sentinel(self, raw: float) -> bool:
-        return DCGM_INT32_BLANK <= raw <= DCGM_INT32_MAX or raw >= DCGM_FP64_BLANK
+        return is_dcgm_blank(raw)

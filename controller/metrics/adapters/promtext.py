@@ -16,6 +16,12 @@ What is accepted, per line (after stripping surrounding whitespace):
   Non-finite values are kept (the adapters turn them into "unknown"); the timestamp must be
   an integer (milliseconds, as the Ascend exporter writes).
 
+- the words exporters write where a value is not measured or not supported (``N/A``,
+  ``[N/A]``, ``NA``, ``[Not Supported]``, ``Not Supported`` as nvidia-smi and amd-smi print
+  them, and DCGM's string blanks ``<<<NULL>>>``, ``<<<NOT_FOUND>>>``, ``<<<NOT_SUPPORTED>>>``,
+  ``<<<NOT_PERM>>>``): the sample is kept with the value NaN, so it reads as unknown and is
+  not a bad line (docs/metrics.md, "Sentinels").
+
 Everything else is a bad line: no value, a non-numeric value (including digit separators
 such as ``1_000`` that Python's ``float`` would take), an invalid metric or label name, an
 unterminated label set, a repeated label name, or extra fields.
@@ -23,12 +29,13 @@ unterminated label set, a repeated label name, or extra fields.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
-__all__ = ["ParsedText", "Sample", "parse_text"]
+__all__ = ["UNAVAILABLE_WORDS", "ParsedText", "Sample", "parse_text"]
 
 # How many bad lines are quoted back (the count is always exact).
 MAX_BAD_EXAMPLES = 5
@@ -44,6 +51,7 @@ _LABELS_OK = re.compile(rf"\s*(?:{_PAIR_NOCAP}(?:,\s*{_PAIR_NOCAP})*(?:,\s*)?)?"
 _LABEL_PAIRS = re.compile(rf"([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*{_VALUE}")
 _ESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+_TIMESTAMP = re.compile(r"-?[0-9]+")
 
 
 class Sample(NamedTuple):
@@ -81,6 +89,33 @@ def _parse_labels(text: str) -> dict[str, str]:
     if len(labels) != len(pairs):
         raise _BadLine("repeated label name")
     return labels
+
+
+# "Not measured / not supported" spelled as text; the value is then unknown, never a number.
+UNAVAILABLE_WORDS = frozenset(
+    {
+        "N/A",
+        "[N/A]",
+        "NA",
+        "[Not Supported]",
+        "Not Supported",
+        "<<<NULL>>>",
+        "<<<NOT_FOUND>>>",
+        "<<<NOT_SUPPORTED>>>",
+        "<<<NOT_PERM>>>",
+    }
+)
+
+
+def _unavailable(rest: Sequence[str]) -> tuple[bool, int | None]:
+    """Whether the value fields are one of UNAVAILABLE_WORDS, and the timestamp after it if any."""
+    text = " ".join(rest)
+    if text in UNAVAILABLE_WORDS:
+        return True, None
+    head, _, last = text.rpartition(" ")
+    if head in UNAVAILABLE_WORDS and _TIMESTAMP.fullmatch(last):
+        return True, int(last)
+    return False, None
 
 
 _N = TypeVar("_N", int, float)
@@ -135,10 +170,17 @@ def parse_text(text: str) -> ParsedText:
                 known_names.add(name)
             if not rest:
                 raise _BadLine("no value")
-            if len(rest) > 2:
-                raise _BadLine("extra fields after the timestamp")
-            value = _parse_number(rest[0], float, "non-numeric value")
-            timestamp = _parse_number(rest[1], int, "timestamp is not an integer") if len(rest) == 2 else None
+            try:
+                if len(rest) > 2:
+                    raise _BadLine("extra fields after the timestamp")
+                value = _parse_number(rest[0], float, "non-numeric value")
+                timestamp = _parse_number(rest[1], int, "timestamp is not an integer") if len(rest) == 2 else None
+            except _BadLine:
+                # Only a line that is not a number pays for this check.
+                is_word, timestamp = _unavailable(rest)
+                if not is_word:
+                    raise
+                value = math.nan
         except _BadLine as exc:
             bad += 1
             if len(examples) < MAX_BAD_EXAMPLES:

@@ -18,20 +18,24 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller.metrics.fake_exporter import FakeGpu, render_dcgm
 from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentHandle, AgentSettings, GpuPlugin
 from localcluster.cluster import Cluster
 from localcluster.deploy import fake_gpus, node_agent
 from localcluster.errors import ClusterUnavailable
 from localcluster.paths import REPO
+from localcluster.prometheus import AGENT_JOB, EXPORTER_JOB, ExporterServer, PrometheusServer
 from tests.harness.cluster_fixture import cluster  # noqa: F401
 
 IDLE_TIMEOUT_S = 3.0
+IDLE_WINDOW = "2s"  # a lendable owner's GPU idle this long is lent
+FAKE_GPU_IDS = ("fakegpu0", "fakegpu1")  # what `gpushare fake-gpus` advertises for 2 GPUs
 
 
 @dataclass
@@ -40,17 +44,17 @@ class Env:
     agent: AgentHandle
     gpus: GpuPlugin
     root: Path
-    readmissions: list[str] = field(default_factory=list)
+    # The fake vendor exporter the agent scrapes (dcgm-exporter's text; a test sets what it serves).
+    exporter: ExporterServer
 
     def apply(self, manifest: dict[str, Any]) -> None:
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
     def start_pods(self, manifests: list[dict[str, Any]], timeout_s: float = 90.0) -> None:
-        """Create the pods and wait until all run; re-create one that failed admission on stale capacity.
+        """Create the pods and wait until all run; a pod that fails (admission included) fails the test.
 
-        kubelet publishes a shrunk share-gpu-N capacity with its next node status: a pod bound
-        in that window fails with UnexpectedAdmissionError (docs/agent.md, known limitation).
-        A ReplicaSet would replace it; for bare test pods we do, and count it.
+        Nothing is re-created: a shadow's slots stop being offered before the shadow goes
+        (docs/scale.md, "Shadow removal order"), so no sharer is bound on capacity kubelet refuses.
         """
         for m in manifests:
             self.apply(m)
@@ -61,12 +65,9 @@ class Env:
             for m in manifests:
                 key = (m["metadata"]["namespace"], m["metadata"]["name"])
                 status = (pods.get(key) or {}).get("status") or {}
-                if status.get("reason") == "UnexpectedAdmissionError" and status.get("phase") == "Failed":
-                    self.readmissions.append(f"{key[0]}/{key[1]}: {status.get('message', '')}")
-                    self.cluster.kubectl("delete", "pod", "-n", key[0], key[1], "--wait=true")
-                    self.apply(m)
-                    waiting = True
-                elif status.get("phase") != "Running":
+                if status.get("phase") == "Failed":
+                    raise AssertionError(f"{key[0]}/{key[1]} failed: {status.get('reason')}: {status.get('message')}")
+                if status.get("phase") != "Running":
                     waiting = True
             if not waiting:
                 return
@@ -123,12 +124,15 @@ class Env:
 @pytest.fixture(scope="package")
 def env(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Env]:  # noqa: F811
     root = Path(tempfile.mkdtemp(prefix="gs-e2e", dir="/tmp"))
+    # Every GPU unknown (a DCGM blank) until a test says otherwise: nothing reads as idle.
+    exporter = ExporterServer(render_dcgm([FakeGpu(g, None) for g in FAKE_GPU_IDS]))
     try:
         gpus = fake_gpus(cluster, root)
-        agent = node_agent(cluster, root, AgentSettings(idle_s=IDLE_TIMEOUT_S))
+        agent = node_agent(cluster, root, _settings(cluster, exporter))
     except ClusterUnavailable as exc:
+        exporter.close()
         pytest.skip(str(exc))
-    e = Env(cluster, agent, gpus, root)
+    e = Env(cluster, agent, gpus, root, exporter)
     try:
         gpus.start()
         e.wait(f"{FAKE_RESOURCE}=2 allocatable", lambda: e.allocatable().get(FAKE_RESOURCE) == "2", 30)
@@ -138,13 +142,26 @@ def env(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Env]:  # n
         report_timings(request, agent)
         yield e
     finally:
-        if e.readmissions:
-            print(f"\npods re-created after UnexpectedAdmissionError: {e.readmissions}")
         _clean(cluster)
         agent.close()
         gpus.stop()
+        exporter.close()
         if not os.environ.get("GPUSHARE_KEEP_CLUSTER"):  # keep the agent's logs for a post-mortem on request
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _settings(c: Cluster, exporter: ExporterServer) -> AgentSettings:
+    """The agent scrapes the fake exporter as it would dcgm-exporter on the node (hostNetwork: loopback is
+    the node's). Its pod labels name the pods whose processes use a GPU, so spot can lend without gpukmod:
+    an idle lendable owner's GPU goes to gpushare/spot-gpu after IDLE_WINDOW."""
+    metrics = {"source": exporter.url, "vendor": "nvidia", "processLevel": True}
+    metrics |= {"scrapeInterval": "1s", "scrapeTimeout": "900ms"}
+    plugin_socket = f"{str(c.device_plugin_dir).rstrip('/')}/{FAKE_RESOURCE.replace('/', '-')}.sock"
+    return AgentSettings(
+        idle_s=IDLE_TIMEOUT_S,
+        config={"metrics": metrics, "idleWindow": IDLE_WINDOW},
+        args=("--period", "1", "--spot-from", f"{FAKE_RESOURCE}={plugin_socket}"),
+    )
 
 
 def report_timings(request: pytest.FixtureRequest, agent: AgentHandle) -> None:
@@ -164,6 +181,20 @@ def _clean(c: Cluster) -> None:
     c.kubectl("delete", "pods", "-A", "-l", "gpushare-e2e=1", "--wait=true", "--timeout=60s", check=False)
     shadows = "gpushare.k8s.io/role=shadow"
     c.kubectl("delete", "pods", "-n", "gpushare-system", "-l", shadows, "--wait=true", "--timeout=60s", check=False)
+
+
+@pytest.fixture(scope="package")
+def prometheus(env: Env) -> Iterator[PrometheusServer]:
+    """A real Prometheus on 127.0.0.1 with the shipped rules, scraping the agent and the fake exporter."""
+    server = PrometheusServer(
+        {AGENT_JOB: [f"127.0.0.1:{env.agent.port}"], EXPORTER_JOB: [f"127.0.0.1:{env.exporter.port}"]}
+    )
+    try:
+        server.start()
+        server.wait("both targets up", lambda: set(server.targets_up().values()) == {"up"}, 60)
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ REPORT = TickReport(
     sharers=(SharerStatus("default/web", "Running", "n1", "gpushare/share-gpu-4", 1, ("gpushare-system/s0",)),),
     evictions=(Eviction(1.0, "default/a", "ShadowGone", "m"),),
     evictions_total={"ShadowGone": 1},
+    pod_input_errors_total={"metadata.annotations": 2},
 )
 
 
@@ -43,6 +44,7 @@ def test_metrics_text_names_every_family_with_exact_numbers() -> None:
     assert 'gpushare_shadows{phase="Pending"} 1.0' in lines and 'gpushare_shadows{phase="Running"} 2.0' in lines
     assert 'gpushare_sharers{phase="Running"} 1.0' in lines
     assert 'gpushare_evictions_total{reason="ShadowGone"} 1.0' in lines
+    assert 'gpushare_pod_input_errors_total{field="metadata.annotations"} 2.0' in lines
     # The library writes large floats as Go does: 1796230000.25 exactly, in exponent form.
     assert "gpushare_reconcile_last_pass_timestamp_seconds 1.79623000025e+09" in lines
     assert float("1.79623000025e+09") == 1796230000.25
@@ -71,11 +73,16 @@ def test_the_text_parses_back_to_the_same_families_and_has_no_created_series() -
         "gpushare_shadows",
         "gpushare_sharers",
         "gpushare_evictions",
+        "gpushare_pod_input_errors",
         "gpushare_leader",
         "gpushare_reconcile_last_pass_timestamp_seconds",
         "gpushare_reconcile_pass_seconds",
         "gpushare_nri_connected",
         "gpushare_nri_handler_seconds",
+        "gpushare_gpu_user",
+        "gpushare_shadow_slots",
+        "gpushare_shadow_slots_used",
+        "gpushare_shadow_sharers",
     }
     (stamp,) = families["gpushare_reconcile_last_pass_timestamp_seconds"].samples
     assert stamp.value == 1796230000.25
