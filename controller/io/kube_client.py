@@ -12,7 +12,7 @@ Errors are translated here, once:
     connection and TLS failures   -> ApiUnavailable    (a KubeError and a RetryLater)
     any other non-2xx             -> KubeError naming the call, the status and the API's message
 
-    KubeClient     list/watch/create/delete/patch pods, namespaces, Events, Leases
+    KubeClient     list/watch/create/delete/patch pods; list/watch namespaces; Events, Leases
     WatchEvent     one parsed line of a watch stream
 
 The pod cache built on the watch is ``controller.io.pod_cache``; the Lease elector is
@@ -33,6 +33,7 @@ import urllib3
 
 from controller.core.pod_facts import PodRef
 from controller.errors import ApiUnavailable, KubeError, ResourceExpired
+from controller.io import node_status
 
 COMPONENT = "gpushare"
 _STREAM_CHUNK = 64 * 1024
@@ -69,14 +70,16 @@ class KubeClient:
         self.host = str(api_client.configuration.host)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, **kw: Any) -> KubeClient:
-        """``path`` None: the in-cluster service account (the DaemonSet)."""
+    def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **kw: Any) -> KubeClient:
+        """``path`` None: the in-cluster service account (the DaemonSet); ``context``: as kubectl's --context."""
         try:
             if path is None:
                 kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
                 api = kubernetes.client.ApiClient()
             else:
-                api = kubernetes.config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+                api = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+                    config_file=path, context=context
+                )
         except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
             where = path or "the in-cluster service account"
             raise KubeError(f"gpushare: cannot load Kubernetes credentials from {where} ({exc})") from exc
@@ -153,7 +156,14 @@ class KubeClient:
         field_selector: str | None = None,
         timeout_s: int | None = None,
     ) -> Iterator[WatchEvent]:
-        """One watch call: ends after ``timeoutSeconds`` at the latest, or raises.
+        """One watch call: ends after ``timeoutSeconds`` at the latest, or raises."""
+        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        return self._watch(self._pods_path(namespace), resource_version, selectors, timeout_s)
+
+    def _watch(
+        self, path: str, resource_version: str, selectors: Mapping[str, str | None], timeout_s: int | None
+    ) -> Iterator[WatchEvent]:
+        """One watch of the collection at ``path``.
 
         The read timeout is the watch timeout plus a margin, so a connection that goes silent
         (no event, no bookmark, no close) raises ``ApiUnavailable`` instead of hanging.
@@ -164,14 +174,13 @@ class KubeClient:
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": server_s,
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
+            **selectors,
         }
-        what = f"WATCH {self._pods_path(namespace)}"
+        what = f"WATCH {path}"
         try:
             request = self._api.param_serialize(
                 method="GET",
-                resource_path=self._pods_path(namespace),
+                resource_path=path,
                 query_params=[(k, v) for k, v in query.items() if v is not None],
                 header_params={"Accept": "application/json"},
                 auth_settings=["BearerToken"],
@@ -233,8 +242,18 @@ class KubeClient:
         return status == 200
 
     def namespaces_with_label(self, label_selector: str) -> list[str]:
+        return sorted(str(n["metadata"]["name"]) for n in self.list_namespaces(label_selector=label_selector)[0])
+
+    def list_namespaces(self, *, label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """All matching namespaces and the list's resourceVersion (to start a watch from)."""
         _, doc = self._call("GET", "/api/v1/namespaces", query={"labelSelector": label_selector})
-        return sorted(str(n["metadata"]["name"]) for n in doc.get("items") or [])
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    def watch_namespaces(
+        self, resource_version: str, *, label_selector: str | None = None, timeout_s: int | None = None
+    ) -> Iterator[WatchEvent]:
+        """One watch of namespaces; one that stops matching ``label_selector`` arrives as DELETED."""
+        return self._watch("/api/v1/namespaces", resource_version, {"labelSelector": label_selector}, timeout_s)
 
     def record_event(
         self,
@@ -303,8 +322,12 @@ class KubeClient:
         }
         self._call("POST", "/api/v1/namespaces/default/events", body=body)
 
-    def list_events(self, namespace: str, *, involved_uid: str) -> list[dict[str, Any]]:
-        query = {"fieldSelector": f"involvedObject.uid={involved_uid}"}
+    def list_events(
+        self, namespace: str, *, involved_uid: str | None = None, involved_name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Events about one object, by uid, or by name (which also finds a deleted namesake's)."""
+        selector = f"involvedObject.uid={involved_uid}" if involved_uid else f"involvedObject.name={involved_name}"
+        query = {"fieldSelector": selector}
         _, doc = self._call("GET", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", query=query)
         return list(doc.get("items") or [])
 
@@ -314,6 +337,9 @@ class KubeClient:
         """Every node object (`gpushare status` without an agent reads their allocatable counts)."""
         _, doc = self._call("GET", "/api/v1/nodes")
         return list(doc.get("items") or [])
+
+    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
+        return node_status.lower_allocatable(self._call, node, resource, count)
 
     # -- leases -----------------------------------------------------------------------------------------------
 

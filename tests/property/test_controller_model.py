@@ -137,6 +137,12 @@ SPEC_CHOICES = [(keys.KIND_SHARE, 2), (keys.KIND_SHARE, 3), (keys.KIND_SHARE, 4)
 POOL_CHOICES = [("nvidia.com/gpu", None), ("nvidia.com/gpu", {"zone": "a"}), ("amd.com/gpu", None)]
 
 
+# A shadow in service, marked draining, answered by its node, answered for an older mark, or an answer alone.
+_MARK, _ANSWER = keys.ANNOTATION_SHADOW_DRAINING, keys.ANNOTATION_SHADOW_DRAINED
+DRAIN_STATES = [None, {_MARK: "7.000"}, {_MARK: "7.000", _ANSWER: "7.000"}, {_MARK: "7.000", _ANSWER: "3.000"}]
+DRAIN_STATES.append({_ANSWER: "7.000"})
+
+
 @st.composite
 def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str], Config]:
     """Shadows and sharers on two nodes whose records, owners, names and states overlap on purpose."""
@@ -159,7 +165,7 @@ def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str]
             shadow(
                 name, n, kind=kind, node=node, resource=resource, users=users or None, selector=selector,
                 uid=f"{name}-{i}", phase=draw(st.sampled_from(["Running", "Pending", "Failed"])) if node else "Pending",
-                deleting=draw(st.booleans()), camel=camel,
+                deleting=draw(st.booleans()), camel=camel, annotations=draw(st.sampled_from(DRAIN_STATES)),
             )
         )  # fmt: skip
         if draw(st.booleans()):

@@ -1,0 +1,251 @@
+"""Sharers against plain GPU pods on simulated nodes: the real control plane, the real agent as leader.
+
+One cluster (localcluster), kwok's simulated nodes with 8 fake GPUs each, ``gpushare agent``
+as the only agent (so the leader), and the node side of every simulated node played by
+``localcluster/sim_nodes.py`` with the agent's own node-pass code (docs/scale.md). For each
+size, on the same cluster, grown from one size to the next:
+
+1. **plain**: 2 pods per node asking the fake GPU directly (the baseline), created at once;
+   the time until every one is bound; then deleted;
+2. **sharers**: 8 ``share-gpu-4`` pods per node (one shadow per 4: 2 shadows per node),
+   created at once; the time until every one is bound, and until the node side has recorded
+   every one on its shadow; checked: each sharer on its shadow's node, no shadow over 4
+   sharers, no more shadows than needed;
+3. **idle GC**: the sharers deleted; the time until the leader has deleted every shadow
+   (``shadowIdleTimeout`` is ``--idle`` seconds, part of that time).
+
+Printed per size: seconds per bound pod for both (all pods' wall time over their count)
+and their ratio (goal <= 1.5), each pod's time from create to bound (median and p90,
+bench/stats.py), the leader's CPU seconds and peak RSS (goal <= 300 MiB), the agent's API
+requests per sharer (goal <= 3; counted by the API server, see localcluster/scale.py), the
+idle GC time; then the growth of each figure from one size to the next.
+
+    .venv/bin/python bench/cluster_scale.py [--nodes 100,300,1000] [--idle 15] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import itertools
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.stats import median, percentile
+from localcluster.bringup import running_cluster
+from localcluster.scale import (
+    SHARE_N,
+    ScaleWorld,
+    agent_requests,
+    check_sharers,
+    plain,
+    process_usage,
+    sharer,
+)
+
+DEFAULT_NODES = (100, 300)
+PLAIN_PER_NODE = 2
+SHARERS_PER_NODE = 8
+GOAL_RATIO = 1.5
+GOAL_RSS_MIB = 300.0
+GOAL_REQUESTS = 3.0
+
+
+@dataclass(frozen=True)
+class Row:
+    nodes: int
+    plain: int
+    sharers: int
+    shadows: int
+    plain_s_per_pod: float
+    sharer_s_per_pod: float
+    plain_median_s: float
+    plain_p90_s: float
+    sharer_median_s: float
+    sharer_p90_s: float
+    records_s: float
+    leader_cpu_s: float
+    leader_peak_rss_mib: float
+    requests: int
+    gc_s: float
+    gc_requests: int
+    refused: int
+    leader_passes: int
+    node_requests: int
+    problems: tuple[str, ...]
+
+    @property
+    def ratio(self) -> float:
+        return self.sharer_s_per_pod / self.plain_s_per_pod
+
+    @property
+    def requests_per_sharer(self) -> float:
+        return self.requests / self.sharers
+
+
+def _create_and_bind(world: ScaleWorld, manifests: list[dict[str, Any]], timeout_s: float) -> tuple[float, list[float]]:
+    """Create all, wait until all are bound: (wall seconds, each pod's create-to-bound seconds)."""
+    created: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    def make(m: dict[str, Any]) -> None:
+        world.client.create_pod(m)
+        created[m["metadata"]["name"]] = time.monotonic()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for f in [pool.submit(make, m) for m in manifests]:
+            f.result()
+
+    def all_bound() -> bool:
+        now = time.monotonic()
+        for p in world.pods():
+            if (p.get("spec") or {}).get("nodeName"):
+                bound.setdefault(p["metadata"]["name"], now)
+        return len(bound) == len(manifests)
+
+    world.wait(f"{len(manifests)} pods bound", all_bound, timeout_s, poll_s=0.5)
+    wall = max(bound.values()) - t0
+    return wall, [bound[n] - created[n] for n in created]
+
+
+def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
+    n_plain, n_sharers = PLAIN_PER_NODE * nodes, SHARERS_PER_NODE * nodes
+    plain_wall, plain_each = _create_and_bind(world, [plain(f"plain-{i}") for i in range(n_plain)], timeout_s)
+    world.delete_all(timeout_s)
+
+    requests0, usage0 = agent_requests(world.cluster), process_usage(world.agent.pid)
+    passes0 = int(world.agent.status()["passes"])
+    node0 = world.node_side.writer.requests if world.node_side is not None else 0
+    sharer_wall, sharer_each = _create_and_bind(world, [sharer(f"sharer-{i}") for i in range(n_sharers)], timeout_s)
+    records_s = world.wait("every sharer recorded", lambda: world.records_written(n_sharers), timeout_s)
+    requests1, usage1 = agent_requests(world.cluster), process_usage(world.agent.pid)
+    passes1 = int(world.agent.status()["passes"])
+    node1 = world.node_side.writer.requests if world.node_side is not None else 0
+    shadows = world.shadows()
+    problems = check_sharers(world.pods(), shadows)
+
+    world.delete_pods(world.pods())
+    gc_s = world.wait("every idle shadow deleted", lambda: not world.shadows(), timeout_s)
+    requests2 = agent_requests(world.cluster)
+    world.wait("the test pods gone", lambda: not world.pods(), timeout_s)
+    return Row(
+        nodes=nodes,
+        plain=n_plain,
+        sharers=n_sharers,
+        shadows=len(shadows),
+        plain_s_per_pod=plain_wall / n_plain,
+        sharer_s_per_pod=sharer_wall / n_sharers,
+        plain_median_s=median(plain_each),
+        plain_p90_s=percentile(plain_each, 90),
+        sharer_median_s=median(sharer_each),
+        sharer_p90_s=percentile(sharer_each, 90),
+        records_s=records_s,
+        leader_cpu_s=usage1.cpu_s - usage0.cpu_s,
+        leader_peak_rss_mib=usage1.peak_rss_mib,
+        requests=requests1 - requests0,
+        gc_s=gc_s,
+        gc_requests=requests2 - requests1,
+        refused=len(world.node_side.refused) if world.node_side is not None else 0,
+        leader_passes=passes1 - passes0,
+        node_requests=node1 - node0,
+        problems=tuple(problems),
+    )
+
+
+def _growth(rows: Sequence[Row], of: Callable[[Row], float]) -> str:
+    parts = [f"{of(b) / of(a):.1f}x" if of(a) else "n/a" for a, b in itertools.pairwise(rows)]
+    return " -> ".join(parts)
+
+
+def render(rows: Sequence[Row], idle_s: float) -> str:
+    head = (
+        "| nodes | plain pods | sharers | shadows | s/bound pod plain | s/bound pod sharers | ratio | "
+        "create-to-bound median / p90, plain | same, sharers | leader CPU s | leader peak RSS MiB | "
+        "agent requests / sharer | idle GC of all shadows s |"
+    )
+    lines = [head, "|" + "---:|" * 13]
+    for r in rows:
+        lines.append(
+            f"| {r.nodes:,} | {r.plain:,} | {r.sharers:,} | {r.shadows:,} | {r.plain_s_per_pod:.4f} | "
+            f"{r.sharer_s_per_pod:.4f} | {r.ratio:.2f} | {r.plain_median_s:.1f} / {r.plain_p90_s:.1f} | "
+            f"{r.sharer_median_s:.1f} / {r.sharer_p90_s:.1f} | {r.leader_cpu_s:.1f} | {r.leader_peak_rss_mib:.0f} | "
+            f"{r.requests_per_sharer:.2f} | {r.gc_s:.1f} |"
+        )
+    lines.append(f"(idle GC includes shadowIdleTimeout = {idle_s:g} s; sharers share-gpu-{SHARE_N})")
+    if len(rows) > 1:
+        lines.append("growth per step " + " -> ".join(f"{r.nodes}" for r in rows) + ":")
+        lines.append(f"  nodes                 {_growth(rows, lambda r: r.nodes)}")
+        lines.append(f"  s/bound pod, plain    {_growth(rows, lambda r: r.plain_s_per_pod)}")
+        lines.append(f"  s/bound pod, sharers  {_growth(rows, lambda r: r.sharer_s_per_pod)}")
+        lines.append(f"  leader CPU s          {_growth(rows, lambda r: r.leader_cpu_s)}")
+        lines.append(f"  leader peak RSS       {_growth(rows, lambda r: r.leader_peak_rss_mib)}")
+        lines.append(f"  requests per sharer   {_growth(rows, lambda r: r.requests_per_sharer)}")
+        lines.append(f"  idle GC s             {_growth(rows, lambda r: r.gc_s)}")
+    for r in rows:
+        verdicts = [
+            f"ratio {r.ratio:.2f} {'<=' if r.ratio <= GOAL_RATIO else '>'} {GOAL_RATIO}",
+            f"RSS {r.leader_peak_rss_mib:.0f} MiB {'<=' if r.leader_peak_rss_mib <= GOAL_RSS_MIB else '>'} "
+            f"{GOAL_RSS_MIB:.0f}",
+            f"requests/sharer {r.requests_per_sharer:.2f} {'<=' if r.requests_per_sharer <= GOAL_REQUESTS else '>'} "
+            f"{GOAL_REQUESTS:g}",
+        ]
+        verdicts.append(f"{r.refused} sharers bound where no slot was free (kubelet would refuse them)")
+        verdicts.append(f"agent requests during idle GC {r.gc_requests}")
+        verdicts.append(
+            f"the node agents' requests per sharer {r.node_requests / r.sharers:.2f} (all agents together: "
+            f"{(r.requests + r.node_requests) / r.sharers:.2f})"
+        )
+        verdicts.append(f"leader passes while the sharers were placed {r.leader_passes} (events coalesce)")
+        lines.append(f"{r.nodes} nodes: " + "; ".join(verdicts))
+        lines += [f"  PROBLEM: {p}" for p in r.problems[:20]]
+    return "\n".join(lines)
+
+
+def parse_nodes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--nodes takes node counts separated by commas, got {text!r}") from None
+    if not sizes or any(s < 1 for s in sizes) or sizes != sorted(set(sizes)):
+        raise argparse.ArgumentTypeError(f"--nodes: increasing node counts of at least 1, got {text!r}")
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--nodes", type=parse_nodes, default=list(DEFAULT_NODES), help="sizes, e.g. 100,300,1000")
+    ap.add_argument("--idle", type=float, default=15.0, help="shadowIdleTimeout in seconds (default 15)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds each wait may take (default 1800)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    rows: list[Row] = []
+    with running_cluster() as cluster:
+        world = ScaleWorld(cluster, Path(tempfile.mkdtemp(prefix="gs-scale-")), idle_s=args.idle)
+        try:
+            world.start(args.nodes[0])
+            for nodes in args.nodes:
+                if nodes != len(world.nodes):
+                    world.grow(nodes)
+                row = run_size(world, nodes, args.timeout)
+                rows.append(row)
+                print(render([row], args.idle), flush=True)
+        finally:
+            world.close()
+    print(render(rows, args.idle))
+    print(f"logs (agent, kwok): {world.side}")
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    return 1 if any(r.problems for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Taking an idle shadow out of service so that no sharer is bound on capacity that is leaving.
+
+The scheduler places a sharer by the node's allocatable ``gpushare/share-<kind>-<N>``; kubelet
+admits it by the device list our share plugin sends on ListAndWatch. Kubelet publishes a new
+allocatable only with its next node status (every ``nodeStatusUpdateFrequency``), so when a
+shadow's virtual devices leave the list the scheduler keeps offering them for up to that long,
+and a sharer bound in that window fails admission (``UnexpectedAdmissionError``). Deleting the
+shadow is what withdrew them, so a sharer created right after a shadow went lost the race.
+
+The removal therefore runs in this order (docs/scale.md, "Shadow removal order"):
+
+1. the leader marks the idle shadow draining (a token in ``ANNOTATION_SHADOW_DRAINING``) and
+   stops counting its slots;
+2. the node agent publishes the lower count in the node's allocatable itself, notes when
+   (``ANNOTATION_SHADOW_DRAINED`` = ``<token> published <its clock>``) and keeps the devices
+   listed for ``DRAIN_SETTLE_S`` from then, so a sharer the scheduler placed on the old count
+   is still admitted; it withdraws them only when that has passed and no sharer bound to the
+   node waits for admission, publishes the count again and answers with the bare token;
+3. the leader deletes the shadow (confirmed from fresh LISTs like every deletion).
+
+A sharer that lands on a draining shadow anyway makes it busy: the leader takes the mark off,
+and so it does when new demand can use a draining shadow instead of creating one.
+Pure module: stdlib and controller.core only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.core.actions import (
+    REASON_SHADOW_IDLE,
+    Action,
+    AnnotatePod,
+    DeleteShadow,
+    PublishCapacity,
+    SetDevices,
+)
+from controller.core.model import ShadowPod
+from gpushare import keys
+
+# How long the node keeps a draining shadow's devices listed after it published the lower
+# count: a sharer the scheduler placed on the old count before the lower one reached its cache
+# is bound, and seen on the node's watch, within this even on a machine under heavy load.
+DRAIN_SETTLE_S = 5.0
+_PUBLISHED = " published "
+
+
+def drain_token(shadow: ShadowPod) -> str | None:
+    """The leader's mark on a shadow it is removing, or None."""
+    return shadow.facts.annotations.get(keys.ANNOTATION_SHADOW_DRAINING) or None
+
+
+def is_draining(shadow: ShadowPod) -> bool:
+    return drain_token(shadow) is not None
+
+
+def is_drained(shadow: ShadowPod) -> bool:
+    """The node agent answered this very mark: the devices are withdrawn, the lower count published."""
+    token = drain_token(shadow)
+    return token is not None and shadow.facts.annotations.get(keys.ANNOTATION_SHADOW_DRAINED) == token
+
+
+def start_drain(shadow: ShadowPod, now: float) -> AnnotatePod:
+    return AnnotatePod(shadow.ref, keys.ANNOTATION_SHADOW_DRAINING, f"{now:.3f}")
+
+
+def undrain(shadow: ShadowPod) -> list[Action]:
+    """Both marks off: the node offers the devices again, and an old answer cannot pass for a new one."""
+    out: list[Action] = [AnnotatePod(shadow.ref, keys.ANNOTATION_SHADOW_DRAINING, None)]
+    if keys.ANNOTATION_SHADOW_DRAINED in shadow.facts.annotations:
+        out.append(AnnotatePod(shadow.ref, keys.ANNOTATION_SHADOW_DRAINED, None))
+    return out
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    actions: tuple[Action, ...]
+    create: int  # shadows still to create after reusing draining ones
+    back: tuple[ShadowPod, ...]  # draining shadows taken back into service (they offer slots again)
+
+
+def plan_draining(draining: Sequence[ShadowPod], used: Mapping[str, int], *, create: int) -> DrainPlan:
+    """Leader: what becomes of the shadows of one key that are draining.
+
+    ``create``: the shadows the key is short of, counting only the shadows in service. A busy
+    draining shadow goes back into service; so do idle ones while the key is short, the ones
+    whose devices are still listed first (no wait for kubelet); a drained idle one is deleted.
+    """
+    actions: list[Action] = []
+    back: list[ShadowPod] = []
+    idle = [s for s in draining if used[s.facts.ref.uid] == 0]
+    for s in draining:
+        if used[s.facts.ref.uid] > 0:
+            actions += undrain(s)
+            back.append(s)
+    reuse = sorted(idle, key=is_drained)[: max(0, create)]
+    for s in reuse:
+        actions += undrain(s)
+        back.append(s)
+    actions += [DeleteShadow(s.ref, REASON_SHADOW_IDLE) for s in idle if s not in reuse and is_drained(s)]
+    return DrainPlan(tuple(actions), max(0, create - len(reuse)), tuple(back))
+
+
+def plan_node_offer(
+    resource: str,
+    shadows: Iterable[tuple[ShadowPod, Sequence[str]]],
+    *,
+    held: frozenset[str],
+    waiting_for_admission: bool,
+    now: float | None,
+) -> list[Action]:
+    """Node: one share resource's device list, then, while a shadow drains, the count to publish and the answer.
+
+    ``shadows``: this node's running shadows of ``resource`` with their virtual IDs;
+    ``held``: shadows (``ns/name``) some admitted sharer holds a device of (PodResources);
+    ``waiting_for_admission``: a sharer of this resource is bound here but holds nothing yet;
+    ``now``: this node's clock, for the settle time (None: no settle time).
+    """
+    ids: list[str] = []
+    settling = 0
+    answers: list[Action] = []
+    draining_here = False
+    for shadow, vids in shadows:
+        token = drain_token(shadow)
+        if token is None or shadow.ref.key in held:
+            ids += vids  # a busy draining shadow stays offered: the leader takes the mark off
+            continue
+        draining_here = True
+        if is_drained(shadow):
+            continue  # withdrawn
+        published = _published_at(shadow, token)
+        if now is not None and published is None:  # first sight of the mark: publish, note when
+            ids += vids
+            settling += len(vids)
+            answers.append(AnnotatePod(shadow.ref, keys.ANNOTATION_SHADOW_DRAINED, f"{token}{_PUBLISHED}{now:.3f}"))
+        elif waiting_for_admission or (now is not None and published is not None and now - published < DRAIN_SETTLE_S):
+            ids += vids
+            settling += len(vids)
+        else:
+            answers.append(AnnotatePod(shadow.ref, keys.ANNOTATION_SHADOW_DRAINED, token))
+    # Withdraw, then publish the lower count, then tell the leader: the order the removal needs.
+    out: list[Action] = [SetDevices(resource, tuple(sorted(ids)))]
+    if draining_here:
+        out.append(PublishCapacity(resource, len(ids) - settling))
+    return [*out, *answers]
+
+
+def _published_at(shadow: ShadowPod, token: str) -> float | None:
+    """When this node published the lower count for this very mark, by its own clock; None if not yet."""
+    head, sep, when = shadow.facts.annotations.get(keys.ANNOTATION_SHADOW_DRAINED, "").partition(_PUBLISHED)
+    if not sep or head != token:
+        return None
+    try:
+        return float(when)
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "DRAIN_SETTLE_S",
+    "DrainPlan",
+    "drain_token",
+    "is_drained",
+    "is_draining",
+    "plan_draining",
+    "plan_node_offer",
+    "start_drain",
+    "undrain",
+]

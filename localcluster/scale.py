@@ -1,0 +1,329 @@
+"""A scale world: a localcluster, kwok's simulated GPU nodes, the real agent as leader, and the node side.
+
+Used by ``bench/cluster_scale.py`` and ``tests/integration/scale``. The pieces:
+
+- ``Kwok`` (``localcluster/kwok.py``) runs the simulated nodes, 8 fake GPUs each;
+- ``gpushare agent`` runs unchanged as a host process for the real node; as the only agent it
+  holds the Lease and plans shadows for the whole cluster. It talks to the API server as its
+  own user (``AGENT_USER``), so the API server can count its requests (below);
+- ``SimulatedNodeAgents`` (``localcluster/sim_nodes.py``) does each simulated node's agent work.
+
+**Counting the agent's requests.** ``apiserver_request_total`` has no label for the client,
+so it cannot tell the agent's requests from the scheduler's, kwok's or the test's. The API
+server's flow control can: a FlowSchema (``FLOW_SCHEMA``) matches the agent's user only, and
+``apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}`` counts each request of
+that user once, when it is let through (a watch counts once, when it starts).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.core.pod_facts import PodRef
+from controller.io.kube_client import KubeClient
+from gpushare import keys
+from gpushare.config import Config, load_config
+from localcluster.agent import FAKE_RESOURCE, AgentProcess, AgentSettings, process_agent
+from localcluster.cluster import Cluster
+from localcluster.component_config import kubeconfig_doc
+from localcluster.errors import ClusterError
+from localcluster.host import run_command
+from localcluster.images import PAUSE_IMAGE
+from localcluster.kwok import Kwok, sim_node_names
+from localcluster.sim_nodes import SimulatedNodeAgents
+
+AGENT_USER = "gpushare-scale-agent"
+FLOW_SCHEMA = "gpushare-scale-agent"
+NAMESPACE = "scale"
+SHARE_N = 4
+SHARE_RESOURCE = keys.share_resource(keys.KIND_SHARE, SHARE_N)
+_IDENTITY_PATHS = (
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+)
+_DISPATCHED = re.compile(r"^apiserver_flowcontrol_dispatched_requests_total\{([^}]*)\} ([0-9.e+]+)$", re.M)
+
+
+def agent_kubeconfig(cluster: Cluster, side: Path) -> Path:
+    """A client certificate for ``AGENT_USER`` signed by the cluster's CA, and a kubeconfig naming it."""
+    pki = cluster.layout.pki
+    key, csr, crt, ext = (pki / f"{AGENT_USER}.{s}" for s in ("key", "csr", "crt", "ext"))
+    ext.write_text("keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run_command(["openssl", "req", "-new", *ec, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={AGENT_USER}"])
+    serial = str(int.from_bytes(os.urandom(8), "big"))
+    run_command(
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-set_serial",
+            serial,
+            "-days",
+            "2",
+            "-extfile",
+            str(ext),
+            "-out",
+            str(crt),
+        ]
+    )
+    path = side / "agent.kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig_doc(cluster.server, pki, AGENT_USER)))
+    return path
+
+
+def _apply_identity(cluster: Cluster) -> None:
+    """Rights for the agent's user (cluster-admin: the chart's RBAC is tested elsewhere) and its FlowSchema."""
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": AGENT_USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": AGENT_USER}],
+    }
+    every = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True, "namespaces": ["*"]}
+    schema = {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "metadata": {"name": FLOW_SCHEMA},
+        "spec": {
+            "matchingPrecedence": 100,
+            "priorityLevelConfiguration": {"name": "global-default"},
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": AGENT_USER}}],
+                    "resourceRules": [every],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    }
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [binding, schema]})
+    )
+
+
+def agent_requests(cluster: Cluster) -> int:
+    """Requests the API server has let through for the agent's user since it started."""
+    text = cluster.request("GET", "/metrics")
+    total = 0.0
+    for labels, value in _DISPATCHED.findall(text):
+        if f'flow_schema="{FLOW_SCHEMA}"' in labels:
+            total += float(value)
+    return int(total)
+
+
+def sharer(name: str) -> dict[str, Any]:
+    return _pod(name, {SHARE_RESOURCE: "1"})
+
+
+def plain(name: str) -> dict[str, Any]:
+    return _pod(name, {FAKE_RESOURCE: "1"})
+
+
+def _pod(name: str, limits: Mapping[str, str]) -> dict[str, Any]:
+    container = {"name": "main", "image": PAUSE_IMAGE, "resources": {"limits": dict(limits)}}
+    spec = {"containers": [container], "terminationGracePeriodSeconds": 0}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    cpu_s: float
+    peak_rss_mib: float
+
+
+def process_usage(pid: int) -> ProcessUsage:
+    """CPU seconds (user + system) and peak resident memory (VmHWM) of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    hwm = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) / 1024
+    return ProcessUsage(cpu, hwm)
+
+
+class ScaleWorld:
+    """kwok, simulated nodes, the agent and the node side over one running cluster; ``close()`` undoes all."""
+
+    def __init__(self, cluster: Cluster, side: Path, *, idle_s: float = 5.0) -> None:
+        self.cluster = cluster
+        self.side = side
+        side.mkdir(parents=True, exist_ok=True)
+        self.kwok = Kwok(cluster, side)
+        self.client = KubeClient.from_kubeconfig(str(cluster.kubeconfig))
+        settings = AgentSettings(idle_s=idle_s, spot=False, args=("--period", "2"))
+        self.agent: AgentProcess = process_agent(cluster, side, settings)
+        self.cfg: Config = load_config(path=str(self.agent.config_path))
+        self.nodes: list[str] = []
+        self.node_side: SimulatedNodeAgents | None = None
+        self._agent_kubeconfig = agent_kubeconfig(cluster, side)
+
+    def start(self, nodes: int) -> None:
+        _apply_identity(self.cluster)
+        with contextlib.suppress(ClusterError):
+            self.cluster.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        self.kwok.start()
+        self.grow(nodes)
+        argv = self.agent.argv
+        argv[argv.index("--kubeconfig") + 1] = str(self._agent_kubeconfig)
+        self.agent.start()
+        self.agent.wait_healthy(120)
+
+    def grow(self, nodes: int) -> None:
+        """Up to ``nodes`` simulated nodes; the node side is restarted to take the new ones in."""
+        names = sim_node_names(nodes)
+        self.kwok.add_nodes(names[len(self.nodes) :])
+        self.nodes = names
+        if self.node_side is not None:
+            self.node_side.stop()
+        self.node_side = SimulatedNodeAgents(self.cluster, self.cfg, self.nodes)
+        self.node_side.start()
+
+    def close(self) -> None:
+        """Undo everything, simulated nodes last but one: nothing of this world may outlive it."""
+        with contextlib.suppress(Exception):
+            self.delete_all(timeout_s=120)
+        self.agent.stop()
+        if self.node_side is not None:
+            self.node_side.stop()
+        try:
+            with contextlib.suppress(Exception):
+                self.delete_pods(self.shadows())
+            try:
+                self.kwok.delete_nodes()
+            finally:
+                self.kwok.stop()
+        finally:
+            for path in _IDENTITY_PATHS:
+                with contextlib.suppress(Exception):
+                    self.cluster.request("DELETE", f"{path}/{AGENT_USER}")
+            self.client.close()
+
+    # -- pods ---------------------------------------------------------------------------------
+
+    def create(self, manifests: list[dict[str, Any]], workers: int = 8) -> None:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(self.client.create_pod, m) for m in manifests]:
+                done.result()
+
+    def pods(self, namespace: str = NAMESPACE, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return self.client.list_pods(namespace=namespace, label_selector=label_selector)[0]
+
+    def shadows(self) -> list[dict[str, Any]]:
+        return self.pods(keys.SHADOW_NAMESPACE, f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}")
+
+    def wait(self, what: str, ok: Callable[[], bool], timeout_s: float, poll_s: float = 1.0) -> float:
+        """Poll ``ok``; the seconds it took, or ClusterError naming ``what`` and the agent's log tail."""
+        t0 = time.monotonic()
+        while not ok():
+            if not self.agent.alive():
+                raise ClusterError(f"the agent exited while waiting for {what}:\n{self.agent.log_text()[-3000:]}")
+            if time.monotonic() - t0 > timeout_s:
+                raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            time.sleep(poll_s)
+        return time.monotonic() - t0
+
+    def wait_bound(self, count: int, timeout_s: float) -> float:
+        def bound() -> bool:
+            pods = self.pods()
+            return len(pods) == count and all((p.get("spec") or {}).get("nodeName") for p in pods)
+
+        return self.wait(f"{count} pods bound", bound, timeout_s)
+
+    def delete_pods(self, pods: list[dict[str, Any]], workers: int = 8) -> None:
+        """Delete each pod by uid, as many at once as ``workers`` (one DELETE of a whole
+        collection of thousands of pods outlasts any sensible request timeout)."""
+        refs = [PodRef(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"]) for p in pods]
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(self.client.delete_pod, r) for r in refs]:
+                done.result()
+
+    def delete_all(self, timeout_s: float) -> float:
+        """Delete every pod of the test namespace; the seconds until they are gone."""
+        self.delete_pods(self.pods())
+        return self.wait("the test pods gone", lambda: not self.pods(), timeout_s)
+
+    def records_written(self, count: int) -> bool:
+        """Every sharer carries an owner record (the node side wrote it)."""
+        pods = self.pods()
+        return len(pods) == count and all(keys.ANNOTATION_SHADOW_OWNER in _annotations(p) for p in pods)
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def check_sharers(sharers: list[dict[str, Any]], shadows: list[dict[str, Any]], n: int = SHARE_N) -> list[str]:
+    """What is wrong with a settled world: a sharer not on its shadow's node, a shadow over its N, duplicates."""
+    problems: list[str] = []
+    by_key = {f"{s['metadata']['namespace']}/{s['metadata']['name']}": s for s in shadows}
+    if len(by_key) != len(shadows):
+        problems.append(f"{len(shadows) - len(by_key)} shadows share a name")
+    users: dict[str, int] = {}
+    for p in sharers:
+        name = p["metadata"]["name"]
+        owners = json.loads(_annotations(p).get(keys.ANNOTATION_SHADOW_OWNER) or "{}")
+        if len(owners) != 1:
+            problems.append(f"sharer {name} is recorded on {len(owners)} shadows, not 1")
+            continue
+        (key,) = owners
+        shadow = by_key.get(key)
+        if shadow is None:
+            problems.append(f"sharer {name} is recorded on {key}, which does not exist")
+            continue
+        if shadow["spec"].get("nodeName") != p["spec"].get("nodeName"):
+            problems.append(f"sharer {name} is on {p['spec'].get('nodeName')}, its shadow {key} elsewhere")
+        users[key] = users.get(key, 0) + 1
+    problems += [f"shadow {k} has {u} sharers, over its {n}" for k, u in sorted(users.items()) if u > n]
+    need = -(-len(sharers) // n)
+    if len(shadows) > need:
+        problems.append(f"{len(shadows)} shadows for {len(sharers)} sharers of {n}: at most {need} needed")
+    return problems
+
+
+@contextlib.contextmanager
+def scale_world(cluster: Cluster, side: Path, nodes: int, *, idle_s: float = 5.0) -> Iterator[ScaleWorld]:
+    world = ScaleWorld(cluster, side, idle_s=idle_s)
+    try:
+        world.start(nodes)
+        yield world
+    finally:
+        world.close()
+
+
+__all__ = [
+    "AGENT_USER",
+    "FLOW_SCHEMA",
+    "NAMESPACE",
+    "SHARE_RESOURCE",
+    "ProcessUsage",
+    "ScaleWorld",
+    "agent_kubeconfig",
+    "agent_requests",
+    "check_sharers",
+    "plain",
+    "process_usage",
+    "scale_world",
+    "sharer",
+]

@@ -1,0 +1,291 @@
+"""The node side of simulated nodes: what gpushare's agent and kubelet's device manager would do there.
+
+kwok (``localcluster/kwok.py``) plays kubelet's pod lifecycle on a simulated node, but no
+agent runs there, so nothing would advertise share capacity or write the records the
+leader reads. ``SimulatedNodeAgents`` does both, with the product's own code, once per
+node whose pods changed:
+
+- **capacity**: ``plan_node_shares`` (the agent's node pass) decides each share resource's
+  device list from the node's Running shadows; the product's ``Applier`` hands it to a
+  ``DevicePlugins`` that, instead of a gRPC ListAndWatch, writes the count into the node's
+  ``status.capacity`` and ``status.allocatable`` (what kubelet does with a plugin's list);
+- **allocation**: kubelet's device manager picks a bound sharer's slots among the advertised
+  ones, with the share plugin's own preference (``deviceplugins.policies.prefer_share``); the
+  result is the node's PodResources rows;
+- **records**: from those rows ``MappingCache`` and ``plan_node_shares`` derive the users
+  record on each shadow and the owner record on each sharer, which the ``Applier`` writes
+  as the agent does; a sharer whose shadow is gone is evicted the same way.
+
+It reads pods with the product's ``PodCache`` (one list+watch over every pod) in a thread
+of the test process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from controller.applier import Applier
+from controller.core.mapping import MappingCache
+from controller.core.model import PodResourcesEntry, build_snapshot
+from controller.core.pod_facts import PodRef
+from controller.core.share_solver import plan_node_shares
+from controller.io.kube_client import KubeClient
+from controller.io.pod_cache import PodCache
+from deviceplugins.policies import prefer_share
+from gpushare import keys
+from gpushare.config import Config
+from localcluster.cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+_TERMINAL = ("Succeeded", "Failed")
+WORKERS = 8
+
+
+class NodeStatusPlugins:
+    """``DevicePlugins`` for a node without kubelet: a device list becomes the node's capacity.
+
+    ``core``: a ``kubernetes.client.CoreV1Api`` (pooled connections: a node side patches
+    hundreds of nodes at once); without one, each patch is a ``Cluster.request``.
+    """
+
+    def __init__(self, cluster: Cluster, node: str, core: Any = None) -> None:
+        self.cluster = cluster
+        self.node = node
+        self._core = core
+        self.devices: dict[str, tuple[str, ...]] = {}
+        self.patches = 0
+
+    def set_devices(self, resource: str, devices: Iterable[Any]) -> None:
+        ids = tuple(d.id for d in devices)
+        before = self.devices.get(resource)
+        self.devices[resource] = ids
+        if not ids and not before:
+            return  # no capacity and none published: the scheduler reads absent as 0
+        count = str(len(ids))
+        body = {"status": {"capacity": {resource: count}, "allocatable": {resource: count}}}
+        if self._core is not None:
+            self._core.patch_node_status(self.node, body, _request_timeout=30)
+        else:
+            self.cluster.request("PATCH", f"/api/v1/nodes/{self.node}/status", body, "application/merge-patch+json")
+        self.patches += 1
+
+    def set_spot_health(self, real_id: str, healthy: bool) -> None:
+        return None
+
+    def set_spot_lent(self, real_ids: Iterable[str]) -> None:
+        return None
+
+    def real_devices(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {r: {"devices": len(ids), "healthy": len(ids), "registered": True} for r, ids in self.devices.items()}
+
+
+class CountingWriter:
+    """The agent's writes through ``KubeClient``, counted: what the node agents would ask of the API server."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self.requests = 0
+
+    def _count(self) -> None:
+        with self._lock:
+            self.requests += 1
+
+    def create_pod(self, manifest: Mapping[str, Any]) -> bool:
+        self._count()
+        return self._client.create_pod(manifest)
+
+    def delete_pod(self, ref: PodRef) -> bool:
+        self._count()
+        return self._client.delete_pod(ref)
+
+    def patch_pod_annotations(self, ref: PodRef, annotations: Mapping[str, str | None]) -> bool:
+        self._count()
+        return self._client.patch_pod_annotations(ref, annotations)
+
+    def record_event(
+        self, ref: PodRef, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
+    ) -> None:
+        self._count()
+        self._client.record_event(ref, reason, message, type_=type_)
+
+    def record_node_event(
+        self, node: str, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
+    ) -> None:
+        self._count()
+        self._client.record_node_event(node, reason, message, type_=type_)
+
+    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
+        self._count()
+        return self._client.lower_node_allocatable(node, resource, count)
+
+
+def _share_requests(pod: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(container, share resource, count) for each share resource a container asks for."""
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        limits = (c.get("resources") or {}).get("limits") or {}
+        for resource, value in limits.items():
+            if keys.parse_share_resource(resource) is not None:
+                out.append((str(c.get("name", "")), resource, int(value)))
+    return out
+
+
+@dataclasses.dataclass
+class _Node:
+    """One simulated node's agent state: its applier (what it advertised), its allocations."""
+
+    cfg: Config
+    plugins: NodeStatusPlugins
+    applier: Applier
+    # pod uid -> the rows kubelet would report for it
+    allocated: dict[str, list[PodResourcesEntry]] = dataclasses.field(default_factory=dict)
+    seen: frozenset[tuple[str, str]] = frozenset()  # (uid, resourceVersion) of its pods at the last pass
+
+
+class SimulatedNodeAgents:
+    """Node passes for every simulated node; ``start()`` a thread, ``stop()`` it."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        cfg: Config,
+        nodes: Sequence[str],
+        *,
+        client: KubeClient | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster = cluster
+        self.cfg = cfg
+        self._client = client or KubeClient.from_kubeconfig(str(cluster.kubeconfig))
+        self._owns_client = client is None
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._cache = PodCache(self._client, on_change=self._wake.set)
+        # The node agents' own requests (records, evictions, Events); not the capacity patches,
+        # which on a real node are kubelet's.
+        self.writer = CountingWriter(self._client)
+        self._api: Any = None
+        self._core: Any = None
+        if client is None:  # a live cluster: patch nodes over pooled connections
+            import kubernetes  # noqa: PLC0415  (only the live node side needs the client library)
+
+            self._api = cluster.api()
+            self._api.configuration.connection_pool_maxsize = WORKERS
+            self._core = kubernetes.client.CoreV1Api(self._api)
+        self._nodes = {n: self._new_node(n) for n in nodes}
+        self._threads: list[threading.Thread] = []
+        self.passes = 0
+        # Sharers bound where no advertised slot was free: kubelet would fail them with
+        # UnexpectedAdmissionError; here they wait for a slot, and are remembered.
+        self.refused: set[str] = set()
+
+    def _new_node(self, name: str) -> _Node:
+        plugins = NodeStatusPlugins(self.cluster, name, self._core)
+        applier = Applier(client=self.writer, plugins=plugins, spot=None, is_leader=lambda: False, node_name=name)
+        return _Node(dataclasses.replace(self.cfg, node_name=name), plugins, applier)
+
+    def start(self) -> None:
+        for name, target in (("watch", self._cache.run), ("nodes", self._run)):
+            t = threading.Thread(target=target, args=(self._stop,), name=f"sim-node-agents-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for t in self._threads:
+            t.join(timeout=90)
+        if self._owns_client:
+            self._client.close()
+        if self._api is not None:
+            self._api.close()
+
+    def capacity(self, node: str) -> dict[str, tuple[str, ...]]:
+        return dict(self._nodes[node].plugins.devices)
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if stop.is_set():
+                return
+            try:
+                self.pass_once()
+            except Exception:  # the next pass retries, as the agent's loop does
+                log.exception("simulated node pass failed")
+
+    def pass_once(self) -> None:
+        view = self._cache.view()
+        if not view.is_synced:
+            return
+        by_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in self._nodes}
+        for pod in view.pods:
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            if node in by_node:
+                by_node[node].append(pod)
+        deleted = [r for r in view.deleted if r.namespace == keys.SHADOW_NAMESPACE]
+        due = []
+        for name, pods in by_node.items():
+            state = self._nodes[name]
+            seen = frozenset((str(p["metadata"].get("uid")), str(p["metadata"].get("resourceVersion"))) for p in pods)
+            if seen != state.seen or view.is_fresh:
+                state.seen = seen
+                due.append((state, pods))
+        # Nodes are independent, as their agents are: their passes (mostly API writes) run side by side.
+        with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+            for done in [pool.submit(self._node_pass, st, pods, view.is_fresh, deleted) for st, pods in due]:
+                done.result()
+        self.passes += 1
+
+    def _node_pass(self, state: _Node, pods: list[Mapping[str, Any]], fresh: bool, deleted: list[Any]) -> None:
+        now = self._clock()
+        entries = self._allocate(state, pods)
+        snap = build_snapshot(pods, state.cfg, pod_resources=entries, shadow_list_fresh=fresh, deleted_shadows=deleted)
+        mapping = MappingCache.rebuild(snap.pod_resources, snap.pods, state.cfg.real_resources)
+        pushed = state.plugins.patches
+        for action in plan_node_shares(snap, mapping, state.cfg):
+            state.applier.apply(action, now)
+        if state.plugins.patches != pushed:
+            # A new list can admit sharers that were waiting for it: allocate again next pass.
+            state.seen = frozenset()
+            self._wake.set()
+
+    def _allocate(self, state: _Node, pods: list[Mapping[str, Any]]) -> list[PodResourcesEntry]:
+        """kubelet's device manager: slots for newly bound sharers, freed for finished or gone pods."""
+        live = {str(p["metadata"]["uid"]): p for p in pods if (p.get("status") or {}).get("phase") not in _TERMINAL}
+        state.allocated = {uid: rows for uid, rows in state.allocated.items() if uid in live}
+        taken = {vid for rows in state.allocated.values() for row in rows for vid in row.device_ids}
+        for uid, pod in live.items():
+            wants = _share_requests(pod)
+            if not wants or uid in state.allocated:
+                continue
+            rows: list[PodResourcesEntry] = []
+            for container, resource, count in wants:
+                free = [v for v in state.plugins.devices.get(resource, ()) if v not in taken]
+                chosen = prefer_share(free, [], count)
+                if len(chosen) < count:
+                    rows = []
+                    meta = pod["metadata"]
+                    self.refused.add(f"{meta.get('namespace')}/{meta.get('name')}")
+                    break
+                taken.update(chosen)
+                meta = pod["metadata"]
+                rows.append(PodResourcesEntry(meta["namespace"], meta["name"], container, resource, tuple(chosen)))
+            if rows:
+                state.allocated[uid] = rows
+        return [row for rows in state.allocated.values() for row in rows]
+
+
+__all__ = ["NodeStatusPlugins", "SimulatedNodeAgents"]

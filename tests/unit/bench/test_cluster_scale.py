@@ -1,0 +1,44 @@
+"""The cluster-scale benchmark prints what it measured: the table, the ratios, the growth, the faults."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from bench.cluster_scale import Row, parse_nodes, render
+
+
+def row(nodes: int, **kw: object) -> Row:
+    base = Row(
+        nodes=nodes, plain=2 * nodes, sharers=8 * nodes, shadows=2 * nodes,
+        plain_s_per_pod=0.02, sharer_s_per_pod=0.03, plain_median_s=1.0, plain_p90_s=2.0,
+        sharer_median_s=3.0, sharer_p90_s=4.0, records_s=1.0, leader_cpu_s=nodes / 10,
+        leader_peak_rss_mib=80.0, requests=nodes * 4, gc_s=20.0, gc_requests=nodes, refused=0, leader_passes=50,
+        node_requests=nodes * 16,
+        problems=(),
+    )  # fmt: skip
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_ratio_and_requests_per_sharer_are_derived_from_the_counts() -> None:
+    r = row(100)
+    assert r.ratio == pytest.approx(1.5) and r.requests_per_sharer == pytest.approx(0.5)
+
+
+def test_the_table_has_a_row_per_size_the_growth_and_each_goal() -> None:
+    out = render([row(100), row(300, leader_cpu_s=40.0)], idle_s=15)
+    assert "| 100 | 200 | 800 | 200 |" in out and "| 300 | 600 | 2,400 | 600 |" in out
+    assert "growth per step 100 -> 300" in out and "leader CPU s          4.0x" in out
+    assert "100 nodes: ratio 1.50 <= 1.5; RSS 80 MiB <= 300; requests/sharer 0.50 <= 3" in out
+    assert "the node agents' requests per sharer 2.00 (all agents together: 2.50)" in out
+    bad = render([row(100, sharer_s_per_pod=0.04, problems=("shadow x has 5 sharers, over its 4",))], idle_s=15)
+    assert "ratio 2.00 > 1.5" in bad and "PROBLEM: shadow x has 5 sharers" in bad
+
+
+def test_sizes_must_be_increasing_counts() -> None:
+    assert parse_nodes("100,300,1000") == [100, 300, 1000]
+    for text in ("300,100", "100;300", "0", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_nodes(text)

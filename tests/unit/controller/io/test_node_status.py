@@ -1,0 +1,52 @@
+"""Publishing a leaving share count on the node: lowered at once, never raised, nothing else touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.io.node_status import lower_allocatable
+
+R = "gpushare/share-gpu-4"
+
+
+class Api:
+    def __init__(self, capacity: dict[str, str], allocatable: dict[str, str]) -> None:
+        self.node = {"status": {"capacity": capacity, "allocatable": allocatable}}
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def __call__(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        self.calls.append((method, path, kw))
+        return 200, self.node
+
+
+def test_the_count_is_lowered_in_capacity_and_allocatable_with_one_merge_patch() -> None:
+    api = Api({R: "8", "cpu": "2"}, {R: "8", "cpu": "2"})
+    assert lower_allocatable(api, "node-a", R, 4)
+    get, patch = api.calls
+    assert get[:2] == ("GET", "/api/v1/nodes/node-a")
+    assert patch == (
+        "PATCH",
+        "/api/v1/nodes/node-a/status",
+        {
+            "body": {"status": {"capacity": {R: "4"}, "allocatable": {R: "4"}}},
+            "content_type": "application/merge-patch+json",
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("capacity", "allocatable"),
+    [
+        ({R: "4"}, {R: "4"}),  # already there
+        ({R: "0"}, {R: "2"}),  # lower than asked: never raised (kubelet publishes a rise)
+        ({}, {}),  # the resource is not on the node (yet)
+        ({R: "1k"}, {R: "x"}),  # not a whole count: left to kubelet
+    ],
+)
+def test_nothing_is_written_unless_the_node_shows_more(capacity: dict[str, str], allocatable: dict[str, str]) -> None:
+    api = Api(dict(capacity), dict(allocatable))
+    want_write = allocatable.get(R, "").isdecimal() and int(allocatable[R]) > 2
+    assert lower_allocatable(api, "node-a", R, 2) == want_write
+    assert [c[0] for c in api.calls] == (["GET", "PATCH"] if want_write else ["GET"])
