@@ -18,15 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.core.pod_facts import PodFacts, is_vendor_resource, parse_pod
+from controller.core.roles import ROLE_BORROWER, ROLE_DIND, ROLE_OWNER, ROLE_SHADOW, ROLE_SHARER, ROLES
 from controller.errors import InvalidObject
 from gpushare import keys
-
-ROLE_OWNER = "owner"
-ROLE_SHADOW = "shadow"
-ROLE_SHARER = "sharer"
-ROLE_DIND = "dind"
-ROLE_BORROWER = "borrower"
-ROLES = (ROLE_OWNER, ROLE_SHADOW, ROLE_SHARER, ROLE_DIND, ROLE_BORROWER)
 
 # The DaemonSet's pods carry this label (manifests/chart/templates/40-daemonset.yaml).
 AGENT_LABEL = "app.kubernetes.io/name=gpushare"

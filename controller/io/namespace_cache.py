@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controller.errors import KubeError, ResourceExpired
 from controller.io.kube_client import KubeClient, WatchEvent
+from controller.io.list_watch import ListWatchLoop
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,14 @@ def _name(obj: Any) -> str:
     return str(_meta(obj).get("name", ""))
 
 
-class NamespaceCache:
+class NamespaceCache(ListWatchLoop):
     """Namespaces matching ``label_selector``; ``run(stop)`` is the body of one named thread.
 
     ``names()`` is called by the reconcile thread; until the first LIST succeeds it is empty,
     which the spot pass reads as "no namespace opted in": nothing is lent on a guess.
     """
+
+    what = "namespace"
 
     def __init__(
         self,
@@ -102,24 +104,6 @@ class NamespaceCache:
             self.apply(event)
             if stop.is_set():
                 return
-
-    def run(self, stop: threading.Event) -> None:
-        """List, then watch until ``stop``; list again every ``resync_s`` and after any failure."""
-        backoff_s = 0.5
-        while not stop.is_set():
-            try:
-                if not self._synced or self._clock() - self._listed_at >= self.resync_s:
-                    self.relist()
-                self.watch_once(stop)
-                backoff_s = 0.5
-            except ResourceExpired as exc:
-                log.info("namespace watch expired; listing again", extra=kv(reason=str(exc)))
-                self._listed_at = float("-inf")
-            except KubeError as exc:
-                log.warning("namespace watch failed; listing again", extra=kv(reason=str(exc), backoff_s=backoff_s))
-                self._listed_at = float("-inf")
-                stop.wait(backoff_s)
-                backoff_s = min(backoff_s * 2, 30.0)
 
 
 __all__ = ["NamespaceCache"]

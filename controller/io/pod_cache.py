@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.core.pod_facts import PodRef
-from controller.errors import KubeError, ResourceExpired
 from controller.io.kube_client import KubeClient, WatchEvent
+from controller.io.list_watch import ListWatchLoop
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -42,13 +42,15 @@ def _ref(obj: Mapping[str, Any]) -> PodRef:
     return PodRef(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
-class PodCache:
+class PodCache(ListWatchLoop):
     """Pods matching a selector: a full LIST at start, on 410 and every ``resync_s``; watches in between.
 
     ``run(stop)`` is the body of one named thread (``gpushare-controller-watch-<name>``, started
     by the loop); ``view()`` is called by the reconcile thread. Events are hints
     (``on_change``); the reconcile pass recomputes from the view.
     """
+
+    what = "pod"
 
     def __init__(
         self,
@@ -110,25 +112,6 @@ class PodCache:
             self.apply(event)
             if stop.is_set():
                 return
-
-    def run(self, stop: threading.Event) -> None:
-        """List, then watch until ``stop``; list again every ``resync_s`` and after any failure."""
-        backoff_s = 0.5
-        while not stop.is_set():
-            try:
-                if not self._synced or self._clock() - self._listed_at >= self.resync_s:
-                    self.relist()
-                self.watch_once(stop)
-                backoff_s = 0.5
-            except ResourceExpired as exc:
-                log.info("pod watch expired; listing again", extra=kv(reason=str(exc)))
-                self._listed_at = float("-inf")
-            except KubeError as exc:
-                # A silent or broken stream, or an API hiccup: back off and list again in full.
-                log.warning("pod watch failed; listing again", extra=kv(reason=str(exc), backoff_s=backoff_s))
-                self._listed_at = float("-inf")
-                stop.wait(backoff_s)
-                backoff_s = min(backoff_s * 2, 30.0)
 
     def view(self) -> CacheView:
         with self._lock:

@@ -24,17 +24,11 @@ from dataclasses import dataclass
 
 from controller.core.mapping import MappingCache
 from controller.core.model import Snapshot, is_shadow
+from controller.core.roles import ROLE_BORROWER, ROLE_DIND, ROLE_OWNER, ROLE_SHADOW, ROLE_SHARER, ROLES
 from controller.metrics.adapters.model import DeviceMetrics
 from gpushare import keys
 from gpushare.codecs import parse_same_pod_annotations
 from gpushare.errors import GpushareError
-
-ROLE_OWNER = "owner"
-ROLE_SHADOW = "shadow"
-ROLE_SHARER = "sharer"
-ROLE_DIND = "dind"
-ROLE_BORROWER = "borrower"
-ROLES = (ROLE_OWNER, ROLE_SHADOW, ROLE_SHARER, ROLE_DIND, ROLE_BORROWER)
 
 # Vendor -> (label naming the device's identity, label naming its index) in that vendor's exporter.
 # None where our own ``device_id`` label already is the identity (Hygon names its serial
