@@ -108,6 +108,9 @@ class Agent:
         """The injector's callback (kind, pod, container, decision, took_ms): only the latency is kept."""
         self.metrics.observe_nri_decision(kind, float(details[-1]) / 1000.0)
 
+    def _on_nri_refusal(self, reason: str) -> None:
+        self.metrics.count_nri_refusal(reason)
+
     def _scraped_devices(self) -> tuple[DeviceMetrics, ...]:
         watcher = self.spot_runtime.watcher if self.spot_runtime is not None else None
         return watcher.last_devices() if watcher is not None else ()
@@ -125,6 +128,7 @@ class Agent:
             holders=KubeletHolders(self.podresources),
             lend_state=AgentLendState(self._spot_gpus, self._spot_healthy, self._spot_reclaimed),
             on_decision=self._on_nri_decision,
+            on_refusal=self._on_nri_refusal,
         )
 
     def _spot_gpus(self) -> tuple[GpuSpot, ...] | None:

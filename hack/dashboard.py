@@ -238,11 +238,14 @@ ROWS: tuple[RowSpec, ...] = (
                 unit="ops",
             ),
             PanelSpec(
-                "stat",
-                "NRI refusals",
-                "Containers refused over the dashboard's time range.",
+                "table",
+                "NRI refusals by reason",
+                "Containers refused over the dashboard's time range, by reason (docs/nri.md lists each: "
+                "malformed, forged, conflict, unconfirmed, not-ready, not-shadow, lend-ended, devices-unknown). "
+                "The full message is in the pod's CreateContainerError and the agent's log line.",
                 (9, 37, 4, 8),
-                (Query('sum(increase(gpushare_nri_handler_seconds_count{decision="refuse"}[$__range]))', "refused"),),
+                (_t("sum by (reason) (increase(gpushare_nri_refusals_total[$__range]))"),),
+                columns=("reason",),
             ),
             PanelSpec(
                 "timeseries",

@@ -36,7 +36,17 @@ from dataclasses import dataclass
 
 from gpushare import keys
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
-from gpushare.errors import InstructionRefused
+from gpushare.errors import (
+    REFUSED_CONFLICT,
+    REFUSED_DEVICES_UNKNOWN,
+    REFUSED_FORGED,
+    REFUSED_LEND_ENDED,
+    REFUSED_MALFORMED,
+    REFUSED_NOT_READY,
+    REFUSED_NOT_SHADOW,
+    REFUSED_UNCONFIRMED,
+    InstructionRefused,
+)
 from gpushare.ids import parse_spot_id, parse_virtual_id_or_none
 from nri_plugin.device_rules import gpu_nodes
 from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, SourceRecord
@@ -93,14 +103,16 @@ def find_instruction(pod: PodInfo, container: ContainerInfo) -> Instruction | No
     if from_value is not None and ids_value is not None:
         raise InstructionRefused(
             f"gpushare: container {container.name!r} carries both {keys.ANNOTATION_DEVICES_FROM} and "
-            f"{keys.ANNOTATION_DEVICES_IDS}; a container takes devices from one source only"
+            f"{keys.ANNOTATION_DEVICES_IDS}; a container takes devices from one source only",
+            reason=REFUSED_CONFLICT,
         )
     for key, value in ((keys.ANNOTATION_DEVICES_FROM, from_value), (keys.ANNOTATION_DEVICES_IDS, ids_value)):
         if value is not None and key in pod.annotations:
             raise InstructionRefused(
                 f"gpushare: {key} is also a pod annotation of {pod.ref}; a cross-pod instruction is honoured only "
                 "from a container annotation written by gpushare's device plugin, never one that may have been "
-                "copied from the pod (design §8)"
+                "copied from the pod (design §8)",
+                reason=REFUSED_FORGED,
             )
     if from_value is not None:
         with _naming(keys.ANNOTATION_DEVICES_FROM, container):
@@ -126,7 +138,9 @@ def _naming(key: str, container: ContainerInfo) -> Iterator[None]:
         if key in text:
             raise
         detail = text.removeprefix("gpushare: ")
-        raise InstructionRefused(f"gpushare: annotation {key} of container {container.name!r}: {detail}") from exc
+        raise InstructionRefused(
+            f"gpushare: annotation {key} of container {container.name!r}: {detail}", reason=REFUSED_MALFORMED
+        ) from exc
 
 
 def usable_devices(devices: tuple[DeviceNode, ...]) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
@@ -153,7 +167,8 @@ def _source_bundle(source: SourceRecord, what: str) -> tuple[Bundle, tuple[str, 
         detail = f" (skipped: {', '.join(skipped)})" if skipped else ""
         raise InstructionRefused(
             f"gpushare: {what} holds no character device under /dev{detail}; only character devices under "
-            "/dev that the source really holds are injected (design §8)"
+            "/dev that the source really holds are injected (design §8)",
+            reason=REFUSED_DEVICES_UNKNOWN,
         )
     return Bundle(devices, source.bundle.env, source.bundle.annotations), skipped
 
@@ -169,7 +184,8 @@ def _added(bundle: Bundle, target: ContainerInfo) -> Bundle:
         elif (old.type, old.major, old.minor) != (d.type, d.major, d.minor):
             raise InstructionRefused(
                 f"gpushare: container {target.name!r} already has {d.path} as {old.type} {old.major}:{old.minor}, "
-                f"the source's is {d.type} {d.major}:{d.minor}; gpushare adds devices but never replaces one"
+                f"the source's is {d.type} {d.major}:{d.minor}; gpushare adds devices but never replaces one",
+                reason=REFUSED_CONFLICT,
             )
     env_have = dict(target.env)
     env = tuple((k, v) for k, v in bundle.env if env_have.get(k) != v)
@@ -202,7 +218,8 @@ def decide(
     if allocated is None:
         raise InstructionRefused(
             f"gpushare: cross-pod instruction for container {container.name!r} of {pod.ref} refused: no PodResources "
-            "API is configured to confirm the allocation (start the plugin with --pod-resources-socket; design §8)"
+            "API is configured to confirm the allocation (start the plugin with --pod-resources-socket; design §8)",
+            reason=REFUSED_UNCONFIRMED,
         )
     if isinstance(instruction, ShadowSource):
         return _decide_shadow(instruction.spec, pod, container, view, allocated)
@@ -223,7 +240,8 @@ def _decide_same_pod(instr: SamePod, pod: PodInfo, container: ContainerInfo, vie
     if source is None or source.container_id == container.id:
         raise InstructionRefused(
             f'gpushare: the pod annotation for "{container.name}" names "{instr.source}", which is not a created '
-            f"container of pod {pod.ref}: it is not created yet or does not exist; {RETRY_HINT}"
+            f"container of pod {pod.ref}: it is not created yet or does not exist; {RETRY_HINT}",
+            reason=REFUSED_NOT_READY,
         )
     bundle, skipped = _source_bundle(source, f'source container "{instr.source}" of pod {pod.ref}')
     return Decision(f"{pod.ref}/{instr.source}", _added(bundle, container), skipped)
@@ -241,12 +259,14 @@ def _decide_shadow(
     if source_pod is None:
         raise InstructionRefused(
             f"gpushare: source pod {ref.namespace}/{ref.pod} named by {keys.ANNOTATION_DEVICES_FROM} is not known on "
-            f"this node: it does not run here or none of its containers is created yet; {RETRY_HINT}"
+            f"this node: it does not run here or none of its containers is created yet; {RETRY_HINT}",
+            reason=REFUSED_NOT_READY,
         )
     if source_pod.labels.get(keys.LABEL_ROLE) != keys.ROLE_SHADOW:
         raise InstructionRefused(
             f"gpushare: source pod {source_pod.ref} is not labelled {keys.LABEL_ROLE}={keys.ROLE_SHADOW}; "
-            "a cross-pod source must be a gpushare shadow pod on this node (design §8)"
+            "a cross-pod source must be a gpushare shadow pod on this node (design §8)",
+            reason=REFUSED_NOT_SHADOW,
         )
     wanted = frozenset(spec.virtual_ids)
     shared = frozenset(vid for resource, ids in allocated.items() if keys.parse_share_resource(resource) for vid in ids)
@@ -255,12 +275,14 @@ def _decide_shadow(
         raise InstructionRefused(
             f"gpushare: PodResources does not confirm that container {container.name!r} of {pod.ref} holds exactly "
             f"{sorted(wanted)} (kubelet lists {sorted(of_source) or 'none'} of {source_pod.ref}); "
-            "refused (design §8)"
+            "refused (design §8)",
+            reason=REFUSED_UNCONFIRMED,
         )
     source = view.container_named(source_pod.id, ref.container)
     if source is None:
         raise InstructionRefused(
-            f'gpushare: container "{ref.container}" of source pod {source_pod.ref} is not created yet; {RETRY_HINT}'
+            f'gpushare: container "{ref.container}" of source pod {source_pod.ref} is not created yet; {RETRY_HINT}',
+            reason=REFUSED_NOT_READY,
         )
     bundle, skipped = _source_bundle(source, f"source container {ref}")
     return Decision(str(ref), _added(bundle, container), skipped)
@@ -299,7 +321,8 @@ def decide_real_ids(
         raise InstructionRefused(
             f"gpushare: PodResources does not confirm that container {container.name!r} of {pod.ref} holds "
             f"{keys.RESOURCE_SPOT_GPU} devices for exactly {sorted(wanted)} (kubelet lists "
-            f"{sorted(held) or 'none'}); refused (design §8)"
+            f"{sorted(held) or 'none'}); refused (design §8)",
+            reason=REFUSED_UNCONFIRMED,
         )
     _check_lends(sorted(wanted), pod, lends)
     bundle = Bundle()
@@ -321,7 +344,8 @@ def _check_lends(wanted: list[str], pod: PodInfo, lends: Mapping[str, str | None
     if lends is None:
         raise InstructionRefused(
             f"gpushare: no lend state is available to confirm that {wanted} are lent to pod {pod.ref} now; "
-            "spot GPUs are injected only by the gpushare agent, which knows the node's lends (docs/nri.md)"
+            "spot GPUs are injected only by the gpushare agent, which knows the node's lends (docs/nri.md)",
+            reason=REFUSED_LEND_ENDED,
         )
     for rid in wanted:
         why = lends.get(rid, "the agent has no record of it")
@@ -329,7 +353,8 @@ def _check_lends(wanted: list[str], pod: PodInfo, lends: Mapping[str, str | None
             raise InstructionRefused(
                 f"gpushare: lend of GPU {rid} to pod {pod.ref} ended: {why}; a spot GPU is injected only while "
                 "its lend is active, so this container is not created (the agent deletes a reclaimed borrower; "
-                "create a new spot pod to borrow again)"
+                "create a new spot pod to borrow again)",
+                reason=REFUSED_LEND_ENDED,
             )
 
 
@@ -343,7 +368,8 @@ def _vendor_bundle(vendor: Bundle, resource: str, ids: tuple[str, ...]) -> tuple
         detail = f" (skipped: {', '.join(skipped)})" if skipped else ""
         raise InstructionRefused(
             f"gpushare: the vendor device plugin's Allocate answer for {resource} {list(ids)} gives no usable "
-            f"device node, visibility variable or CDI annotation{detail}; refused (docs/nri.md)"
+            f"device node, visibility variable or CDI annotation{detail}; refused (docs/nri.md)",
+            reason=REFUSED_DEVICES_UNKNOWN,
         )
     return Bundle(devices, vendor.env, vendor.annotations), skipped
 
@@ -363,7 +389,8 @@ def _holder_bundle(
             raise InstructionRefused(
                 f"gpushare: kubelet lists no container on this node holding {resource} {rid}, and the vendor device "
                 "plugin did not resolve it, so its device nodes are unknown; the owner's container must be "
-                "running on this node (design §5)"
+                "running on this node (design §5)",
+                reason=REFUSED_DEVICES_UNKNOWN,
             )
         groups.setdefault(holder, []).append(rid)
     bundle = Bundle()
@@ -374,7 +401,8 @@ def _holder_bundle(
         if record is None or record.container_id == target.id or record.is_recipient:
             raise InstructionRefused(
                 f"gpushare: container {holder.ref}, which kubelet allocated {resource} {lent} to, is not a created "
-                f"container on this node holding them yet; {RETRY_HINT}"
+                f"container on this node holding them yet; {RETRY_HINT}",
+                reason=REFUSED_NOT_READY,
             )
         devices, skip = usable_devices(record.bundle.devices)
         nodes = gpu_nodes(resource, lent, holder.ids, devices, holder.ref)

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpushare.errors import InstructionRefused
+from gpushare.errors import REFUSED_DEVICES_UNKNOWN, InstructionRefused
 from nri_plugin.model import DeviceNode
 
 
@@ -100,7 +100,8 @@ def gpu_nodes(
         raise InstructionRefused(
             f"gpushare: no per-vendor device rule covers {resource}, so which of {holder}'s device nodes are "
             f"{list(wanted)} is unknown; only the vendor device plugin's own Allocate answer can give them "
-            "(name its socket with --spot-from; docs/nri.md)"
+            "(name its socket with --spot-from; docs/nri.md)",
+            reason=REFUSED_DEVICES_UNKNOWN,
         )
     by_path = {d.path: d for d in devices}
     control = tuple(d for p, d in sorted(by_path.items()) if p in rule.control)
@@ -112,7 +113,8 @@ def gpu_nodes(
             if node is None:
                 raise InstructionRefused(
                     f"gpushare: {holder} was allocated {resource} {device_id} but has no device node "
-                    f"{path or '(none the ' + rule.vendor + ' rule names)'}; refused (docs/nri.md)"
+                    f"{path or '(none the ' + rule.vendor + ' rule names)'}; refused (docs/nri.md)",
+                    reason=REFUSED_DEVICES_UNKNOWN,
                 )
             picked.append(node)
         return (*picked, *control)
@@ -122,6 +124,7 @@ def gpu_nodes(
             f"gpushare: cannot tell which of {holder}'s {len(gpus)} {rule.vendor} GPU device nodes are "
             f"{resource} {list(wanted)} (it was allocated {sorted(allocated)}): {rule.vendor} IDs do not name their "
             "nodes, so a holder's nodes are used only when it sees exactly the lent GPUs; the vendor device "
-            "plugin's own Allocate answer is needed (name its socket with --spot-from; docs/nri.md)"
+            "plugin's own Allocate answer is needed (name its socket with --spot-from; docs/nri.md)",
+            reason=REFUSED_DEVICES_UNKNOWN,
         )
     return (*gpus, *control)

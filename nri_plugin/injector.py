@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gpushare.config import Config
-from gpushare.errors import InstructionRefused
+from gpushare.errors import REFUSED_LEND_ENDED, REFUSED_UNCONFIRMED, InstructionRefused
 from gpushare.log import kv
 from nri_plugin import convert
 from nri_plugin._pb import nri_pb2
@@ -44,6 +44,7 @@ class Injector:
         lend_state: LendState | None = None,
         cache: BundleCache | None = None,
         on_decision: OnDecision | None = None,
+        on_refusal: Callable[[str], None] | None = None,
         keep_timings: int = 100_000,
     ) -> None:
         self.cache = cache if cache is not None else BundleCache(config.visibility_env)
@@ -52,6 +53,7 @@ class Injector:
         self._holders = holders
         self._lend_state = lend_state
         self._on_decision = on_decision
+        self._on_refusal = on_refusal  # gets the refusal's reason word (gpushare.errors.REFUSAL_REASONS)
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
 
     # --- NRI events (the Stub derives the subscription mask from these method names) ---
@@ -78,6 +80,7 @@ class Injector:
                     decision="refuse",
                     pod=pod_info.ref,
                     container=info.name,
+                    refused=exc.reason,
                     reason=str(exc),
                     took_ms=round(took_ms, 3),
                     cpu_ms=round(cpu_ms, 3),
@@ -85,6 +88,8 @@ class Injector:
             )
             if self._on_decision is not None:
                 self._on_decision("refuse", pod_info, info, None, took_ms)
+            if self._on_refusal is not None:
+                self._on_refusal(exc.reason)
             raise
         added = decision.adjustment if decision is not None else Bundle()
         # Remember the container as it will be created, so it can itself be a source (chains).
@@ -138,7 +143,8 @@ class Injector:
             except OracleUnavailable as exc:
                 raise InstructionRefused(
                     f"gpushare: cannot confirm the allocation of container {info.name!r} of {pod.ref}: {exc}; "
-                    "cross-pod instruction refused (design §8)"
+                    "cross-pod instruction refused (design §8)",
+                    reason=REFUSED_UNCONFIRMED,
                 ) from exc
         if (
             isinstance(instruction, RealIds)
@@ -181,7 +187,8 @@ class Injector:
                             holders[rid] = holder
         except OracleUnavailable as exc:
             raise InstructionRefused(
-                f"gpushare: cannot confirm the spot lend of {pod.ref} or where its GPU is: {exc}; refused (design §8)"
+                f"gpushare: cannot confirm the spot lend of {pod.ref} or where its GPU is: {exc}; refused (design §8)",
+                reason=REFUSED_LEND_ENDED,
             ) from exc
         return resolved, holders, lends
 

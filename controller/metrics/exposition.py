@@ -16,6 +16,7 @@ they happen. Spot adds its own collector (``controller.spot.counters.SpotCounter
     gpushare_reconcile_last_pass_timestamp_seconds, gpushare_reconcile_pass_seconds
     gpushare_nri_connected                    1 while the NRI plugin is registered with containerd
     gpushare_nri_handler_seconds{decision}    CreateContainer handler latency (histogram)
+    gpushare_nri_refusals_total{reason}       containers the NRI plugin refused, by reason (REFUSAL_REASONS)
     gpushare_gpu_user{node, namespace, pod, container, role, source, resource, vendor, device_id, <join>}
                                               1 per container and real GPU it holds or sees (attribution.py)
     gpushare_shadow_slots{node, shadow, resource, vendor, device_id, <join>}        N of each shadow here
@@ -33,12 +34,13 @@ import collections
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from controller.metrics.adapters.model import DeviceMetrics
 from controller.metrics.attribution import Attribution, join_label_names, join_values, vendor_of
+from gpushare.errors import REFUSAL_REASONS
 
 # The text format generate_latest writes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -241,16 +243,28 @@ class AgentMetrics:
         # Both series from the start at 0: a first refusal is then an increase, as rate() and the alert see it.
         for decision in ("inject", "refuse"):
             self.nri_handler_seconds.labels(decision)
+        self.nri_refusals = Counter(
+            "gpushare_nri_refusals",
+            "Containers the NRI plugin refused at CreateContainer, by reason.",
+            ["reason"],
+            registry=None,
+        )
+        for reason in REFUSAL_REASONS:  # every reason from the start at 0, for the same reason as above
+            self.nri_refusals.labels(reason)
         own: list[Collector] = [
             PassCollector(report, nri_connected),
             AttributionCollector(report, node=node, vendor=vendor, devices=devices),
             self.nri_handler_seconds,
+            self.nri_refusals,
         ]
         for collector in (*own, *collectors):
             self.registry.register(_WithoutCreated(collector))
 
     def observe_nri_decision(self, decision: str, seconds: float) -> None:
         self.nri_handler_seconds.labels(decision).observe(seconds)
+
+    def count_nri_refusal(self, reason: str) -> None:
+        self.nri_refusals.labels(reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -114,7 +114,7 @@ def test_the_panels_cover_what_operators_ask() -> None:
         "gpushare_spot_return_seconds_bucket",  # the reclaim latency histogram
         "gpushare_spot_kills_total",
         "gpushare_nri_handler_seconds_count",
-        'decision="refuse"',
+        "sum by (reason) (increase(gpushare_nri_refusals_total",  # NRI refusals by reason
         'up{job="gpushare-agent"}',
         "gpushare_reconcile_last_pass_timestamp_seconds",
     ):

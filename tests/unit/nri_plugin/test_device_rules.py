@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
+from pathlib import Path
 
 import pytest
 
+from gpushare import errors
 from gpushare.errors import InstructionRefused
 from nri_plugin.device_rules import RULES, VendorRule, gpu_nodes, rule_for
 from nri_plugin.model import DeviceNode
@@ -87,3 +90,18 @@ def test_rule_lookup_by_resource() -> None:
     assert rule_for("nvidia.com/gpu") is not None and rule_for("nvidia.com/mig-1g.10gb") is not None
     assert rule_for("amd.com/gpu") is not None and rule_for("example.com/gpu") is not None
     assert rule_for("huawei.com/Ascend910") is None
+
+
+def test_every_refusal_in_the_plugin_names_a_known_reason() -> None:
+    """Each refusal the NRI plugin raises carries one of the fixed reason words operators graph."""
+    known = {name for name in dir(errors) if name.startswith("REFUSED_")}
+    assert {getattr(errors, n) for n in known} == set(errors.REFUSAL_REASONS)
+    sites = 0
+    for path in sorted((Path(__file__).resolve().parents[3] / "nri_plugin").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "InstructionRefused":
+                sites += 1
+                reasons = [kw.value for kw in node.keywords if kw.arg == "reason"]
+                assert len(reasons) == 1 and isinstance(reasons[0], ast.Name), f"{path}:{node.lineno}"
+                assert reasons[0].id in known, f"{path}:{node.lineno}"
+    assert sites >= 20

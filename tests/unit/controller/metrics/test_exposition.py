@@ -32,6 +32,7 @@ def agent_text(report: TickReport = REPORT, *, nri_connected: bool | None = True
     metrics = AgentMetrics(lambda: report, nri_connected=lambda: nri_connected)
     metrics.observe_nri_decision("inject", 0.0004)
     metrics.observe_nri_decision("refuse", 0.02)
+    metrics.count_nri_refusal("lend-ended")
     return metrics.render().decode()
 
 
@@ -59,6 +60,9 @@ def test_metrics_text_names_every_family_with_exact_numbers() -> None:
     assert 'gpushare_nri_handler_seconds_sum{decision="refuse"} 0.02' in lines
     assert "# TYPE gpushare_evictions_total counter" in lines
     assert "# TYPE gpushare_nri_handler_seconds histogram" in lines
+    # Every refusal reason is written from the start, so a first refusal is an increase.
+    assert 'gpushare_nri_refusals_total{reason="lend-ended"} 1.0' in lines
+    assert 'gpushare_nri_refusals_total{reason="forged"} 0.0' in lines
 
 
 def test_the_text_parses_back_to_the_same_families_and_has_no_created_series() -> None:
@@ -79,6 +83,7 @@ def test_the_text_parses_back_to_the_same_families_and_has_no_created_series() -
         "gpushare_reconcile_pass_seconds",
         "gpushare_nri_connected",
         "gpushare_nri_handler_seconds",
+        "gpushare_nri_refusals",
         "gpushare_gpu_user",
         "gpushare_shadow_slots",
         "gpushare_shadow_slots_used",
