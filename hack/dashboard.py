@@ -246,6 +246,7 @@ ROWS: tuple[RowSpec, ...] = (
                 (9, 37, 4, 8),
                 (_t("sum by (reason) (increase(gpushare_nri_refusals_total[$__range]))"),),
                 columns=("reason",),
+                value_names={"A": "refused"},
             ),
             PanelSpec(
                 "timeseries",
@@ -335,9 +336,9 @@ def _table_transforms(spec: PanelSpec) -> list[DataTransformerConfig]:
     """Several instant queries become one row per key; label columns in order, the rest hidden."""
     refs = [chr(ord("A") + i) for i in range(len(spec.queries))]
     hidden = {"Time": True, "__name__": True, "instance": True, "job": True}
-    if len(refs) == 1:
-        renames = {"Value": "value"}
-        hidden["Value"] = True
+    if len(refs) == 1:  # a lone query's value shows only when named (the GPU map's 1s say nothing)
+        renames = {"Value": spec.value_names.get("A", "value")}
+        hidden["Value"] = "A" not in spec.value_names
     else:
         renames = {f"Value #{ref}": spec.value_names.get(ref, ref) for ref in refs}
     order = {name: i for i, name in enumerate([*spec.columns, *renames])}
