@@ -289,7 +289,8 @@ def test_a_sharer_aimed_at_the_node_by_selector_takes_a_free_slot_and_nothing_mo
     devs, visible = e_exec(hostile, "aimed", "app", TENANT_NS).split("\n")[:2]
     assert devs.split() == [visible] == [victim.devices[1]], (devs, visible, victim.devices)
     reconciling(hostile)
-    assert sorted(s["metadata"]["uid"] for s in hostile.shadows()) == shadows_before
+    # No shadow was made for it (an idle one of an earlier test may have drained away meanwhile).
+    assert set(s["metadata"]["uid"] for s in hostile.shadows()) <= set(shadows_before)
     users = next(s["users"] for s in hostile.agent.status()["shadows"] if s["pod"] == victim_shadow(hostile))
     assert sorted(u.split("/")[0] for u in users) == [TENANT_NS, VICTIM_NS], users
     victim.unchanged()
