@@ -47,6 +47,7 @@ from gpukmod import KmodError
 from gpushare.config import Config
 from gpushare.errors import GpushareError
 
+SIGNAL_KEEP_S = 10.0  # how long a return signal waits for the kill it starts
 _MAX_KILLED = 1024  # pods remembered as killed, so a pod killed again each pass is counted once
 
 
@@ -153,11 +154,16 @@ class SpotRuntime:
         return {} if self.watcher is None else self.watcher.verdicts(now)
 
     def notices(self) -> Sequence[int]:
-        """Drain this pass's kernel notices; also fixes this pass's return-signal times."""
+        """Drain this pass's kernel notices; also collects the return-signal times a kill will take."""
         drained = self.bridge.drain()
         busy = self.watcher.take_busy_times() if self.watcher is not None else []
+        now = self._monotonic()
         with self._lock:
-            self._pass_signals = [t for _, t in drained] + busy
+            # A signal waits for the kill it starts: the pass that reads the owner busy may only
+            # turn the GPU back, and the kill come a pass later. Older than SIGNAL_KEEP_S, it is
+            # not this return's (an owner busy while nothing was lent).
+            kept = [t for t in self._pass_signals if now - t <= SIGNAL_KEEP_S]
+            self._pass_signals = kept + [t for _, t in drained] + busy
         return [p for p, _ in drained]
 
     def kmod_view(self) -> KmodView:
@@ -174,6 +180,8 @@ class SpotRuntime:
             first = self._take_first(action)
             is_return = bool(first) and action.reason == REASON_OWNER_BACK and bool(self._pass_signals)
             signal_at = min(self._pass_signals) if is_return else None
+            if is_return:
+                self._pass_signals = []  # taken by this return
             self._kills_running += 1
         threading.Thread(
             target=self._kill_off_path, args=(action, first, signal_at), name="gpushare-spot-kill", daemon=True

@@ -289,8 +289,13 @@ def test_a_sharer_aimed_at_the_node_by_selector_takes_a_free_slot_and_nothing_mo
     devs, visible = e_exec(hostile, "aimed", "app", TENANT_NS).split("\n")[:2]
     assert devs.split() == [visible] == [victim.devices[1]], (devs, visible, victim.devices)
     reconciling(hostile)
-    # No shadow was made for it (an idle one of an earlier test may have drained away meanwhile).
-    assert set(s["metadata"]["uid"] for s in hostile.shadows()) <= set(shadows_before)
+    # No shadow holds it but the victim's: any other shadow now standing is not the aimed pod's
+    # (the warm pool or an earlier test's demand may add or drain shadows meanwhile).
+    for shadow in hostile.shadows():
+        if shadow["metadata"]["uid"] not in shadows_before:
+            name = f"gpushare-system/{shadow['metadata']['name']}"
+            holders = next((s["users"] for s in hostile.agent.status()["shadows"] if s["pod"] == name), [])
+            assert not any(u.startswith(f"{TENANT_NS}/aimed") for u in holders), (name, holders)
     users = next(s["users"] for s in hostile.agent.status()["shadows"] if s["pod"] == victim_shadow(hostile))
     assert sorted(u.split("/")[0] for u in users) == [TENANT_NS, VICTIM_NS], users
     victim.unchanged()
