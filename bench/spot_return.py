@@ -81,6 +81,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.stats import estimate_median, format_percentile, median, tail_percentile  # noqa: E402
 from controller.metrics.fake_exporter import FakeGpu, write_dcgm  # noqa: E402
+from deviceplugins.policies import FAKE_DEVICE_PREFIX  # noqa: E402
 from gpushare import keys  # noqa: E402
 from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, process_agent  # noqa: E402
 from localcluster.bringup import running_cluster  # noqa: E402
@@ -411,8 +412,12 @@ def process_identity(pid: int) -> tuple[int, int] | None:
 
 class Comeback:
     """Looks at the borrower pods' cgroups after the kill until stopped; notes the first task that
-    appears again there (kubelet restarting a killed container before the delete reaches it): a
-    borrower back on the owner's GPU."""
+    appears again there with a GPU device node in its ``/dev`` (kubelet restarting a killed
+    container before the delete reaches it): a borrower back on the owner's GPU.
+
+    A task without one is not counted: after the kill kubelet starts the pod's sandbox again
+    (the pause process holds no device), and then tries the borrower container, which the NRI
+    plugin refuses once the lend has ended (docs/nri.md)."""
 
     PERIOD_S = 0.02  # coarse: it detects, the kill's own timing is wait_empty's
 
@@ -428,7 +433,7 @@ class Comeback:
     def _run(self) -> None:
         while not self._stop.wait(self.PERIOD_S):
             for pod in self._pod_dirs:
-                pids = self._shallow(pod)
+                pids = [p for p in self._shallow(pod) if sees_gpu(p)]
                 if pids:
                     self.first_at = time.monotonic()
                     self.what = describe(pids[:1]).strip()
@@ -446,6 +451,14 @@ class Comeback:
         self._stop.set()
         self._thread.join(2.0)
         return self.first_at
+
+
+def sees_gpu(pid: int) -> bool:
+    """Whether the task's mount namespace has a fake GPU node in /dev (what a lent bundle adds)."""
+    try:
+        return any(name.startswith(FAKE_DEVICE_PREFIX) for name in os.listdir(f"/proc/{pid}/root/dev"))
+    except OSError:
+        return False  # gone already, or not yet set up: nothing to hold
 
 
 def liveness(pid: int, started: int) -> str:

@@ -13,6 +13,15 @@ that into as few writes as possible and remembers only what it takes to do so:
 Creating and deleting shadows asks ``is_leader`` again right before the call: the Lease may
 have moved since the pass was planned. A failing action is logged and skipped, whatever it
 raises, and the next pass plans it again; it never costs the actions after it.
+
+Shadow creations, deletions and annotations that follow one another in the list (a run of
+one kind) are sent ``WRITES_IN_FLIGHT`` at a time: a burst of sharers can ask for thousands of
+shadows in one pass, and each sharer waits for its shadow, so one POST after another would
+put the last shadow a whole round trip per shadow behind the first; the same holds for idle
+shadows marked and deleted by the thousand. The writes of a run are independent of each
+other (a shadow's name is deterministic and a repeated create is AlreadyExists; deletions
+carry a uid precondition; annotations are merge-patches of distinct keys), and the actions
+after a run still start only after all of it.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Protocol
 
 from controller.core.actions import (
@@ -56,6 +66,11 @@ EVENTS_REMEMBERED = 4096
 # New Events written per pass at most: thousands of tenant pods owed a Warning must not turn one
 # pass into thousands of API calls. The plans ask again every pass, so the rest follow later.
 EVENTS_PER_PASS = 50
+# Writes of one run in flight at once. The API server answers many at a time; past a handful
+# the gain is small and a burst would only crowd the connection pool the watches also use.
+WRITES_IN_FLIGHT = 8
+# The actions a run may send concurrently: each is one independent API write.
+_CONCURRENT = (CreateShadow, DeleteShadow, AnnotatePod)
 
 
 class DevicePlugins(Protocol):
@@ -114,6 +129,27 @@ class Applier:
 
     def evictions_total(self) -> dict[str, int]:
         return dict(self._evictions_total)
+
+    def apply_all(self, actions: Sequence[Action], now: float) -> None:
+        """Apply a pass's actions in order; a run of one concurrent kind goes out at once."""
+        i = 0
+        while i < len(actions):
+            kind = type(actions[i])
+            j = i + 1
+            if kind in _CONCURRENT:
+                while j < len(actions) and type(actions[j]) is kind:
+                    j += 1
+            if j - i > 1:
+                self._apply_concurrently(actions[i:j], now)
+            else:
+                self.apply(actions[i], now)
+            i = j
+
+    def _apply_concurrently(self, actions: Sequence[Action], now: float) -> None:
+        workers = min(WRITES_IN_FLIGHT, len(actions))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpushare-write") as pool:
+            # ``apply`` logs and swallows each failure, so no future raises.
+            list(pool.map(lambda action: self.apply(action, now), actions))
 
     def apply(self, action: Action, now: float) -> None:
         """Apply one action and log the decision; a failure is logged and the pass goes on."""
@@ -233,4 +269,12 @@ class Applier:
             self._client.record_event(action.ref, action.reason, action.message, type_="Warning")
 
 
-__all__ = ["EVENTS_PER_PASS", "EVENT_REPEAT_S", "EVICTIONS_KEPT", "Applier", "DevicePlugins", "PodWriter"]
+__all__ = [
+    "EVENTS_PER_PASS",
+    "EVENT_REPEAT_S",
+    "EVICTIONS_KEPT",
+    "WRITES_IN_FLIGHT",
+    "Applier",
+    "DevicePlugins",
+    "PodWriter",
+]

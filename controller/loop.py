@@ -255,8 +255,7 @@ class ReconcileLoop:
         cluster = parts.run("cluster", lambda: self._plan_cluster(node_view, snap, now), idle)
         told = self._note_pod_problems(snap, cluster.snapshot)
 
-        for action in (*node.actions, *cluster.actions, *told):
-            self._applier.apply(action, now)
+        self._applier.apply_all((*node.actions, *cluster.actions, *told), now)
 
         self._passes += 1
         node_rows = describe_node(cluster.snapshot, mapping, cluster.unschedulable, self.cfg.real_resources, entries)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controller.applier import EVENT_REPEAT_S, EVENTS_REMEMBERED, EVICTIONS_KEPT, Applier
+from controller.applier import EVENT_REPEAT_S, EVENTS_REMEMBERED, EVICTIONS_KEPT, WRITES_IN_FLIGHT, Applier
 from controller.core.actions import (
     AnnotatePod,
     CreateShadow,
@@ -115,6 +117,62 @@ def test_shadows_are_created_marked_for_removal_and_deleted_only_by_the_leader()
         ("annotate", "gpushare-system/shadow-y", {keys.ANNOTATION_SHADOW_DRAINING: "1.000"}),
         ("delete", "gpushare-system/shadow-y"),
     ]
+
+
+class SlowCreates(Peers):
+    """Each create blocks until ``WRITES_IN_FLIGHT`` creates are in flight at once (or a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._full = threading.Barrier(WRITES_IN_FLIGHT)
+
+    def create_pod(self, manifest: Any) -> bool:
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        with contextlib.suppress(threading.BrokenBarrierError):  # a partial last batch: none will join it
+            self._full.wait(timeout=5.0)
+        with self._lock:
+            self.in_flight -= 1
+            self.calls.append(("create", manifest["metadata"]["name"]))
+        return True
+
+
+def test_a_run_of_shadow_creations_goes_out_concurrently_and_the_rest_keep_their_order() -> None:
+    peers = SlowCreates()
+    creates = [CreateShadow(KEY, f"s-{i}", {"metadata": {"name": f"s-{i}"}}) for i in range(WRITES_IN_FLIGHT * 2)]
+    before = SetDevices("gpushare/share-gpu-4", ("a",))
+    after = RecordEvent(WEB, "Waiting", "no shadow yet")
+    applier(peers).apply_all([before, *creates, after], now=1.0)
+    assert peers.most_in_flight == WRITES_IN_FLIGHT  # one after another, this would be 1
+    assert peers.calls[0] == ("devices", "gpushare/share-gpu-4", ("a",))
+    assert sorted(c[1] for c in peers.calls[1:-1]) == sorted(f"s-{i}" for i in range(WRITES_IN_FLIGHT * 2))
+    assert peers.calls[-1] == ("event", WEB.key, "Waiting", "Normal")  # only after every create returned
+
+
+def test_a_failing_create_in_a_concurrent_run_costs_no_other_action() -> None:
+    class OneFails(Peers):
+        def create_pod(self, manifest: Any) -> bool:
+            if manifest["metadata"]["name"] == "s-1":
+                raise ApiUnavailable("the API server did not answer")
+            return super().create_pod(manifest)
+
+    peers = OneFails()
+    creates = [CreateShadow(KEY, f"s-{i}", {"metadata": {"name": f"s-{i}"}}) for i in range(3)]
+    deletes = [DeleteShadow(PodRef("gpushare-system", f"old-{i}", "u")) for i in range(2)]
+    applier(peers).apply_all([*creates, *deletes], now=1.0)
+    assert sorted(peers.calls[:2]) == [("create", "s-0"), ("create", "s-2")]
+    assert sorted(peers.calls[2:]) == [("delete", "gpushare-system/old-0"), ("delete", "gpushare-system/old-1")]
+
+
+def test_a_follower_sends_none_of_a_concurrent_run() -> None:
+    peers = Peers()
+    creates = [CreateShadow(KEY, f"s-{i}", {"metadata": {"name": f"s-{i}"}}) for i in range(4)]
+    applier(peers, leader=False).apply_all(creates, now=1.0)
+    assert peers.calls == []
 
 
 def test_a_publish_lowers_the_node_count_through_the_client() -> None:
