@@ -10,8 +10,9 @@ each has its shadow to itself. A failed pod is counted, never re-created.
 
     .venv/bin/python bench/admission_race.py [--cycles 1000] [--workers 4] [--idle 1] [--seed 1]
 
-Prints a progress line every 50 cycles, then cycles, failures by reason, the time, and one JSON
-line; exits 1 on any failure. SIGINT or SIGTERM stops it after the cycles in flight, and it
+Prints a progress line every 50 cycles, then cycles, failures by reason, the time, how often the
+agent lowered a count kubelet wrote back and held a withdrawal for a late sharer (from its log),
+and one JSON line; exits 1 on any failure. SIGINT or SIGTERM stops it after the cycles in flight, and it
 reports what it ran (marked as stopped early). Needs root and the cluster binaries (`make kube-deps`). Brings up
 a private cluster, the fake vendor plugin and `gpushare agent`, and removes them at the end;
 ``run_cycles`` takes any cluster with the agent on it.
@@ -163,6 +164,18 @@ def run_cycles(
     return out
 
 
+# The agent's log lines for the two guards of the drain (docs/scale.md, "Shadow removal order"):
+# how often each closed the race on this run, next to how often the race was still lost.
+AGENT_LINES = {
+    "counts_lowered_again": "share count written back; lowered again",
+    "withdrawals_held_for_a_sharer": "a sharer waits for admission; draining devices kept listed",
+}
+
+
+def agent_counts(log_text: str) -> dict[str, int]:
+    return {key: log_text.count(line) for key, line in AGENT_LINES.items()}
+
+
 def specs_config(workers: int) -> dict[str, Any]:
     return {"shareSpecs": list(SPECS[:workers]), "devShareSpecs": [2]}
 
@@ -201,11 +214,14 @@ def main() -> None:
             gpus.stop()
     s = result.summary()
     s["stopped_early"] = stop.is_set()
+    s |= agent_counts(agent.log_text())
     print(
         ("stopped early: " if stop.is_set() else "")
         + f"{s['cycles']} create/delete cycles, {args.workers} workers, shadowIdleTimeout {args.idle:g} s: "
         f"{s['unexpected_admission_errors']} UnexpectedAdmissionError, failures by reason {s['failures_by_reason']}, "
-        f"{s['stuck']} not running in {RUN_TIMEOUT_S:g} s; {s['seconds']:.0f} s"
+        f"{s['stuck']} not running in {RUN_TIMEOUT_S:g} s; {s['seconds']:.0f} s; the agent lowered a count "
+        f"kubelet wrote back {s['counts_lowered_again']} times and held a withdrawal for a late sharer "
+        f"{s['withdrawals_held_for_a_sharer']} times"
     )
     for name, reason, message in result.failures[:10]:
         print(f"  {name}: {reason}: {message}")

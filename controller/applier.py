@@ -95,7 +95,11 @@ class PodWriter(Protocol):
     def record_node_event(
         self, node: str, reason: str, message: str, *, type_: Literal["Normal", "Warning"] = "Normal"
     ) -> None: ...
-    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool: ...
+
+
+# Lowers this node's count of a share resource (never raises it); True if it wrote. The agent's
+# is its Node watch's (controller/io/node_watch.py), which reads the Node it last saw, not a GET.
+LowerCapacity = Callable[[str, int], bool]
 
 
 class Applier:
@@ -110,9 +114,11 @@ class Applier:
         is_leader: Callable[[], bool],
         store: Callable[[], StateStore | None] = lambda: None,
         node_name: str = "",
+        capacity: LowerCapacity | None = None,
     ) -> None:
         self._client = client
         self._node_name = node_name  # the Node that RecordNodeEvent writes on
+        self._capacity = capacity  # None: PublishCapacity has nothing to write with
         self._plugins = plugins
         self._spot = spot
         self._is_leader = is_leader
@@ -172,9 +178,7 @@ class Applier:
             case SetDevices():
                 return self._set_devices(action)
             case PublishCapacity():
-                return bool(self._node_name) and self._client.lower_node_allocatable(
-                    self._node_name, action.resource, action.count
-                )
+                return self._capacity is not None and self._capacity(action.resource, action.count)
             case SetSpotHealth():
                 return self._set_spot_health(action)
             case CreateShadow():
@@ -215,11 +219,11 @@ class Applier:
         before = self._advertised.get(action.resource)
         self._plugins.set_devices(action.resource, [AdvertisedDevice(i, True) for i in action.ids])
         self._advertised[action.resource] = action.ids
-        if before is not None and len(action.ids) < len(before) and self._node_name:
+        if before is not None and len(action.ids) < len(before) and self._capacity is not None:
             # Devices that went without a drain (a shadow deleted by hand, or gone): the scheduler
             # would offer them until kubelet's next node status, so publish the count at once.
             try:
-                self._client.lower_node_allocatable(self._node_name, action.resource, len(action.ids))
+                self._capacity(action.resource, len(action.ids))
             except GpushareError as exc:
                 log.warning("cannot publish the lower count", extra=kv(resource=action.resource, error=str(exc)))
         return True

@@ -3,6 +3,8 @@
 Inputs, each owned by its own named thread:
 
 - ``gpushare-controller-watch-node``: the pods bound to this node (``PodCache``);
+- ``-watch-node-status``: this node's Node object (``NodeWatch``), which lowers again at once a
+  share count kubelet writes back while a shadow drains;
 - with spot, ``-watch-namespaces``: the namespaces labelled lendable (``NamespaceCache``);
 - while this agent holds the Lease, ``-watch-pending`` (unscheduled pods, cluster-wide) and
   ``-watch-shadows`` (every shadow in ``gpushare-system``) — started the first time it leads;
@@ -46,9 +48,11 @@ from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
 from controller.core.pod_problems import ProblemTracker
+from controller.core.shadow_drain import published_counts
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.namespace_cache import NamespaceCache
+from controller.io.node_watch import NodeWatch
 from controller.io.pod_cache import CacheView, PodCache
 from controller.io.podresources_entries import entries_from_pod_resources
 from controller.io.state import TIMER_SHADOW_EMPTY, StateStore
@@ -112,13 +116,11 @@ class ReconcileLoop:
         self._pending = PodCache(
             client, field_selector="spec.nodeName=,status.phase=Pending", resync_s=resync_s, on_change=self.wake
         )
+        shadow_role = f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
         self._shadows = PodCache(
-            client,
-            namespace=keys.SHADOW_NAMESPACE,
-            label_selector=f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}",
-            resync_s=resync_s,
-            on_change=self.wake,
+            client, namespace=keys.SHADOW_NAMESPACE, label_selector=shadow_role, resync_s=resync_s, on_change=self.wake
         )
+        self._node_status = NodeWatch(client, cfg.node_name, resync_s=resync_s)
         self._applier = Applier(
             client=client,
             plugins=plugins,
@@ -126,6 +128,7 @@ class ReconcileLoop:
             is_leader=self.is_leader,
             store=lambda: self._store,
             node_name=cfg.node_name,
+            capacity=self._node_status.lower,
         )
         self._cluster_started = False
         self._carry_fresh = False  # a full LIST not yet used by a node pass (PodResources was down)
@@ -145,6 +148,7 @@ class ReconcileLoop:
     def start(self, stop: threading.Event) -> None:
         self._stop = stop
         self._spawn("watch-node", self._node.run)
+        self._spawn("watch-node-status", self._node_status.run)
         if self._spot is not None:
             # Spot's lendable opt-in, from a watch: a LIST in the pass would be one per pod event.
             selector = f"{keys.LABEL_LENDABLE}=true"
@@ -255,6 +259,8 @@ class ReconcileLoop:
         cluster = parts.run("cluster", lambda: self._plan_cluster(node_view, snap, now), idle)
         told = self._note_pod_problems(snap, cluster.snapshot)
 
+        # Before the actions: a count written back while they run is lowered to this pass's number.
+        self._node_status.hold(published_counts(node.actions))
         self._applier.apply_all((*node.actions, *cluster.actions, *told), now)
 
         self._passes += 1
@@ -306,7 +312,17 @@ class ReconcileLoop:
         self._problems_logged = current  # only the last pass's: the set never grows past one pass
 
     def _plan_node(self, snap: Snapshot, mapping: MappingCache, now: float, parts: PassParts) -> NodePass:
-        node = plan_node(self.cfg, snap, mapping, now, parts=parts, spot=self._spot, load=self._load, save=self._save)
+        node = plan_node(
+            self.cfg,
+            snap,
+            mapping,
+            now,
+            parts=parts,
+            spot=self._spot,
+            load=self._load,
+            save=self._save,
+            list_node_pods=lambda: self._client.list_pods(field_selector=f"spec.nodeName={self.cfg.node_name}")[0],
+        )
         if self._spot is not None and node.spot_plan is not None:
             # Before any action: a detect applied below may be answered by a notice at once.
             self._spot.arm(node.spot_plan.returns)

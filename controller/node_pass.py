@@ -5,24 +5,30 @@ an exception in the leader's cluster plan costs no node action, one in spot's pl
 no share action, and the other way round; the next pass tries the failed part again. Spot
 fails closed: without a plan, every spot device turns Unhealthy, so no borrower is admitted
 on a decision that was never made.
+
+A share plan that withdraws a draining shadow's devices is checked against a fresh LIST of the
+node's pods first (``confirm_withdrawals``): the watch the pass read can lag behind a sharer the
+scheduler has just bound on the count that is leaving, and such a sharer needs those devices.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from controller.core.actions import Action, SetSpotHealth
 from controller.core.holdings import bind_holdings, decode_bindings, encode_bindings
 from controller.core.mapping import MappingCache
-from controller.core.model import Snapshot
+from controller.core.model import Snapshot, build_snapshot
+from controller.core.shadow_drain import hold_withdrawals, sharers_waiting, withdrawn_now
 from controller.core.share_solver import plan_node_shares
 from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
 from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
 from controller.spot_hooks import SpotHooks
 from gpushare.config import Config
+from gpushare.errors import GpushareError
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,8 @@ _T = TypeVar("_T")
 # Timers by kind (controller/io/state.py): the loop's store, or memory without one.
 LoadTimers = Callable[[str], dict[str, float]]
 SaveTimers = Callable[[str, Mapping[str, float]], None]
+# A fresh LIST of this node's pods (spec.nodeName=<node>), not the watch's copy.
+ListNodePods = Callable[[], Sequence[Mapping[str, Any]]]
 
 
 class PassParts:
@@ -69,10 +77,21 @@ def plan_node(
     spot: SpotHooks | None,
     load: LoadTimers,
     save: SaveTimers,
+    list_node_pods: ListNodePods | None = None,
 ) -> NodePass:
-    """Spot's plan (when spot is wired in), then the share plugins'; each part fails on its own."""
+    """Spot's plan (when spot is wired in), then the share plugins'; each part fails on its own.
+
+    ``list_node_pods``: confirms withdrawals (``confirm_withdrawals``); None trusts the snapshot.
+    """
     nothing: tuple[Action, ...] = ()
-    shares = parts.run("shares", lambda: plan_shares(cfg, snap, mapping, now, load=load, save=save), nothing)
+
+    def shares_plan() -> tuple[Action, ...]:
+        actions = plan_shares(cfg, snap, mapping, now, load=load, save=save)
+        if list_node_pods is None or not withdrawn_now(actions):
+            return actions
+        return confirm_withdrawals(cfg, snap, mapping, actions, list_node_pods)
+
+    shares = parts.run("shares", shares_plan, nothing)
     if spot is None:
         return NodePass(shares)
     spot_plan = parts.run("spot", lambda: _plan_spot(cfg, spot, snap, mapping, now=now, load=load), None)
@@ -95,6 +114,28 @@ def plan_shares(
     return tuple(actions)
 
 
+def confirm_withdrawals(
+    cfg: Config, snap: Snapshot, mapping: MappingCache, actions: Sequence[Action], list_node_pods: ListNodePods
+) -> tuple[Action, ...]:
+    """The share plan with each withdrawal kept only if a fresh LIST shows no sharer waiting on its resource.
+
+    Mirrors the leader's confirmation of idle deletions. PodResources (this pass's ``mapping``)
+    says who holds a device; a sharer the LIST shows that the mapping does not know counts as
+    waiting, which only keeps devices listed one pass longer. A LIST that fails keeps them all.
+    """
+    try:
+        fresh = build_snapshot(list_node_pods(), cfg)
+    except GpushareError as exc:
+        log.warning("cannot confirm that no sharer waits; devices kept listed this pass", extra=kv(reason=str(exc)))
+        return tuple(hold_withdrawals(actions, snap.shadows_on(snap.node_name), None))
+    holding = frozenset(h.sharer.key for h in mapping.holdings)
+    waiting = sharers_waiting(fresh.sharers_on(snap.node_name), holding)
+    kept = hold_withdrawals(actions, snap.shadows_on(snap.node_name), waiting)
+    if len(kept) != len(actions):
+        log.info("a sharer waits for admission; draining devices kept listed", extra=kv(resources=sorted(waiting)))
+    return tuple(kept)
+
+
 def _plan_spot(
     cfg: Config, spot: SpotHooks, snap: Snapshot, mapping: MappingCache, *, now: float, load: LoadTimers
 ) -> SpotPlan:
@@ -112,4 +153,13 @@ def _plan_spot(
     )
 
 
-__all__ = ["LoadTimers", "NodePass", "PassParts", "SaveTimers", "plan_node", "plan_shares"]
+__all__ = [
+    "ListNodePods",
+    "LoadTimers",
+    "NodePass",
+    "PassParts",
+    "SaveTimers",
+    "confirm_withdrawals",
+    "plan_node",
+    "plan_shares",
+]

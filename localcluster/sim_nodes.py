@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -193,7 +194,11 @@ class SimulatedNodeAgents:
 
     def _new_node(self, name: str) -> _Node:
         plugins = NodeStatusPlugins(self.cluster, name, self._core)
-        applier = Applier(client=self.writer, plugins=plugins, spot=None, is_leader=lambda: False, node_name=name)
+        # A simulated node has no Node watch: its count is lowered after a GET, with the admin's credentials.
+        lower = functools.partial(self.writer.lower_node_allocatable, name)
+        applier = Applier(
+            client=self.writer, plugins=plugins, spot=None, is_leader=lambda: False, node_name=name, capacity=lower
+        )
         return _Node(dataclasses.replace(self.cfg, node_name=name), plugins, applier)
 
     def start(self) -> None:

@@ -18,6 +18,10 @@ The removal therefore runs in this order (docs/scale.md, "Shadow removal order")
    node waits for admission, publishes the count again and answers with the bare token;
 3. the leader deletes the shadow (confirmed from fresh LISTs like every deletion).
 
+Before the node withdraws, a fresh LIST of its pods confirms that no sharer bound to it still
+waits for admission on that resource (``sharers_waiting``, ``hold_withdrawals``): the watch the
+pass read may not show a sharer the scheduler bound a moment ago.
+
 A sharer that lands on a draining shadow anyway makes it busy: the leader takes the mark off,
 and so it does when new demand can use a draining shadow instead of creating one.
 Pure module: stdlib and controller.core only.
@@ -26,7 +30,8 @@ Pure module: stdlib and controller.core only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeGuard
 
 from controller.core.actions import (
     REASON_SHADOW_IDLE,
@@ -36,8 +41,9 @@ from controller.core.actions import (
     PublishCapacity,
     SetDevices,
 )
-from controller.core.model import ShadowPod
+from controller.core.model import ShadowPod, SharePod
 from gpushare import keys
+from gpushare.ids import virtual_ids_of
 
 # How long the node keeps a draining shadow's devices listed after it published the lower
 # count: a sharer the scheduler placed on the old count before the lower one reached its cache
@@ -146,6 +152,66 @@ def plan_node_offer(
     return [*out, *answers]
 
 
+def withdrawn_now(actions: Iterable[Action]) -> list[AnnotatePod]:
+    """The answers of a node plan that withdraw a draining shadow's devices in this very pass."""
+    return [a for a in actions if _is_withdrawal(a)]
+
+
+def _is_withdrawal(action: Action) -> TypeGuard[AnnotatePod]:
+    # The bare token answers a mark; "<token> published <when>" only notes the publish.
+    return (
+        isinstance(action, AnnotatePod)
+        and action.key == keys.ANNOTATION_SHADOW_DRAINED
+        and action.value is not None
+        and _PUBLISHED not in action.value
+    )
+
+
+def published_counts(actions: Iterable[Action]) -> dict[str, int]:
+    """The counts a node plan publishes while shadows drain: what its Node watch keeps lowered."""
+    return {a.resource: a.count for a in actions if isinstance(a, PublishCapacity)}
+
+
+def sharers_waiting(sharers: Iterable[SharePod], holding: frozenset[str]) -> frozenset[str]:
+    """The share resources some sharer bound here waits for admission on.
+
+    ``sharers``: the node's sharers (from a fresh LIST); ``holding``: the sharers (``ns/name``)
+    PodResources shows holding a device. One bound and not finished that holds nothing is waiting.
+    """
+    return frozenset(s.key.resource for s in sharers if s.holds_slots and s.ref.key not in holding)
+
+
+def hold_withdrawals(
+    actions: Sequence[Action], shadows: Iterable[ShadowPod], waiting: frozenset[str] | None
+) -> list[Action]:
+    """The node plan with the withdrawals on a resource in ``waiting`` taken back (None: all of them).
+
+    A withdrawal taken back keeps its shadow's devices listed and drops the answer, so the next
+    pass decides again; the count to publish stays as it was, since a shadow whose devices are
+    still listed only for a late sharer counts as settling, not as offered.
+    """
+    by_ref = {s.ref: s for s in shadows}
+    back: dict[str, list[str]] = {}
+    dropped: set[int] = set()
+    for i, action in enumerate(actions):
+        if not _is_withdrawal(action):
+            continue
+        shadow = by_ref.get(action.ref)
+        if shadow is None or (waiting is not None and shadow.key.resource not in waiting):
+            continue
+        back.setdefault(shadow.key.resource, []).extend(
+            virtual_ids_of(shadow.ref.namespace, shadow.ref.name, shadow.key.spec)
+        )
+        dropped.add(i)
+    return [_with_ids(a, back) for i, a in enumerate(actions) if i not in dropped]
+
+
+def _with_ids(action: Action, back: Mapping[str, Sequence[str]]) -> Action:
+    if not isinstance(action, SetDevices) or action.resource not in back:
+        return action
+    return replace(action, ids=tuple(sorted({*action.ids, *back[action.resource]})))
+
+
 def _published_at(shadow: ShadowPod, token: str) -> float | None:
     """When this node published the lower count for this very mark, by its own clock; None if not yet."""
     head, sep, when = shadow.facts.annotations.get(keys.ANNOTATION_SHADOW_DRAINED, "").partition(_PUBLISHED)
@@ -161,10 +227,14 @@ __all__ = [
     "DRAIN_SETTLE_S",
     "DrainPlan",
     "drain_token",
+    "hold_withdrawals",
     "is_drained",
     "is_draining",
     "plan_draining",
     "plan_node_offer",
+    "published_counts",
+    "sharers_waiting",
     "start_drain",
     "undrain",
+    "withdrawn_now",
 ]

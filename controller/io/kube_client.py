@@ -12,7 +12,7 @@ Errors are translated here, once:
     connection and TLS failures   -> ApiUnavailable    (a KubeError and a RetryLater)
     any other non-2xx             -> KubeError naming the call, the status and the API's message
 
-    KubeClient     list/watch/create/delete/patch pods; list/watch namespaces; Events, Leases
+    KubeClient     list/watch/create/delete/patch pods; list/watch namespaces; this node; Events, Leases
     WatchEvent     one parsed line of a watch stream
 
 The pod cache built on the watch is ``controller.io.pod_cache``; the Lease elector is
@@ -241,9 +241,6 @@ class KubeClient:
                 raise KubeError(f"gpushare: PATCH {path} was refused with 422: {message}")
         return status == 200
 
-    def namespaces_with_label(self, label_selector: str) -> list[str]:
-        return sorted(str(n["metadata"]["name"]) for n in self.list_namespaces(label_selector=label_selector)[0])
-
     def list_namespaces(self, *, label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         """All matching namespaces and the list's resourceVersion (to start a watch from)."""
         _, doc = self._call("GET", "/api/v1/namespaces", query={"labelSelector": label_selector})
@@ -267,17 +264,12 @@ class KubeClient:
     ) -> None:
         """A core/v1 Event on the pod, shown by ``kubectl describe pod``."""
         stamp = _format_time(now or datetime.now(UTC))
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": ref.namespace,
-                "name": ref.name,
-                "uid": ref.uid,
-            },
+            "involvedObject": involved,
             "reason": reason,
             "message": message[:1024],
             "type": type_,
@@ -337,6 +329,17 @@ class KubeClient:
         """Every node object (`gpushare status` without an agent reads their allocatable counts)."""
         _, doc = self._call("GET", "/api/v1/nodes")
         return list(doc.get("items") or [])
+
+    def list_node(self, name: str) -> tuple[list[dict[str, Any]], str]:
+        """The node called ``name`` (or nothing) and the list's resourceVersion, to watch it from."""
+        _, doc = self._call("GET", "/api/v1/nodes", query={"fieldSelector": f"metadata.name={name}"})
+        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+
+    def watch_node(self, name: str, resource_version: str, *, timeout_s: int | None = None) -> Iterator[WatchEvent]:
+        return self._watch("/api/v1/nodes", resource_version, {"fieldSelector": f"metadata.name={name}"}, timeout_s)
+
+    def patch_node_status(self, node: str, status: Mapping[str, Any]) -> None:
+        node_status.patch_status(self._call, node, status)
 
     def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
         return node_status.lower_allocatable(self._call, node, resource, count)

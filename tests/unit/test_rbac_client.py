@@ -50,14 +50,15 @@ CALL_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
     ("write_lease", lambda c: c.write_lease(keys.SHADOW_NAMESPACE, keys.LEASE_NAME, LEASE, None), "io/lease"),
     ("write_lease", lambda c: c.write_lease(keys.SHADOW_NAMESPACE, keys.LEASE_NAME, LEASE, "7"), "io/lease"),
     ("list_nodes", lambda c: c.list_nodes(), "commands/doctor, status: run in the agent's pod"),
+    ("list_node", lambda c: c.list_node("node-a"), "io/node_watch: this node's Node"),
+    ("watch_node", lambda c: list(c.watch_node("node-a", "1")), "io/node_watch"),
     (
-        "lower_node_allocatable",
-        lambda c: c.lower_node_allocatable("node-a", "gpushare/share-gpu-4", 1),
-        "applier: publish a share count that is leaving (io/node_status)",
+        "patch_node_status",
+        lambda c: c.patch_node_status("node-a", {"allocatable": {"gpushare/share-gpu-4": "1"}}),
+        "io/node_watch: publish a share count that is leaving, and again when kubelet writes it back",
     ),
 ]
 NAMESPACE_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
-    ("namespaces_with_label", lambda c: c.namespaces_with_label("l=true"), "loop: spot's lendable opt-in"),
     ("list_namespaces", lambda c: c.list_namespaces(label_selector="l=true"), "io/namespace_cache"),
     ("watch_namespaces", lambda c: list(c.watch_namespaces("1", label_selector="l=true")), "io/namespace_cache"),
 ]
@@ -66,6 +67,7 @@ NOT_CALLED_BY_THE_AGENT = {
     "close": "no request",
     "from_kubeconfig": "no request (loading credentials)",
     "list_events": "only `kubectl gpushare why` reads Events, with the user's own kubeconfig",
+    "lower_node_allocatable": "a GET, then a PATCH: localcluster's simulated nodes, with the admin's credentials",
 }
 # Modules that run with the user's kubeconfig (a kubectl plugin), never the agent's token.
 USER_CREDENTIALS = {"controller/commands/kubectl_plugin.py"}

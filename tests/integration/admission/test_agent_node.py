@@ -114,7 +114,12 @@ def test_a_token_that_names_no_node_writes_nothing(admission: Admission) -> None
 def test_only_its_own_node_status(admission: Admission) -> None:
     """The agent lowers its own node's share counts ahead of kubelet, and no other node's."""
     a = admission
-    refused = a.by_agent(a.agent, lambda c: c.lower_node_allocatable(OTHER_NODE, OTHER_NODE_SHARE, 0))
+
+    def lower_other(c: KubeClient) -> bool:
+        c.patch_node_status(OTHER_NODE, {"capacity": {OTHER_NODE_SHARE: "0"}, "allocatable": {OTHER_NODE_SHARE: "0"}})
+        return True
+
+    refused = a.by_agent(a.agent, lower_other)
     assert DENIED in refused, refused
     assert f"the agent of node {a.cluster.node_name} may not write the status of node {OTHER_NODE}" in refused
     other = a.cluster.request("GET", f"/api/v1/nodes/{OTHER_NODE}")["status"]

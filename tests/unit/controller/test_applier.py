@@ -81,7 +81,13 @@ class Peers:
 
 def applier(peers: Peers, *, leader: bool = True, spot: SpotHooks | None = None, store: Any = None) -> Applier:
     return Applier(
-        client=peers, plugins=peers, spot=spot, is_leader=lambda: leader, store=lambda: store, node_name="n1"
+        client=peers,
+        plugins=peers,
+        spot=spot,
+        is_leader=lambda: leader,
+        store=lambda: store,
+        node_name="n1",
+        capacity=lambda resource, count: peers.lower_node_allocatable("n1", resource, count),
     )
 
 
@@ -175,10 +181,16 @@ def test_a_follower_sends_none_of_a_concurrent_run() -> None:
     assert peers.calls == []
 
 
-def test_a_publish_lowers_the_node_count_through_the_client() -> None:
+def test_a_publish_lowers_the_node_count_through_the_capacity_callable() -> None:
     peers = Peers()
     applier(peers).apply(PublishCapacity("gpushare/share-gpu-4", 4), now=1.0)
     assert peers.calls == [("lower", "n1", "gpushare/share-gpu-4", 4)]
+    # Nothing wired in to write with (no Node watch): no write at all, and no GET in its place.
+    bare = Applier(client=peers, plugins=peers, spot=None, is_leader=lambda: True, node_name="n1")
+    bare.apply(PublishCapacity("gpushare/share-gpu-4", 2), now=2.0)
+    bare.apply(SetDevices("gpushare/share-gpu-4", ("s-0", "s-1")), now=2.0)
+    bare.apply(SetDevices("gpushare/share-gpu-4", ("s-0",)), now=3.0)
+    assert [c for c in peers.calls if c[0] == "lower"] == [("lower", "n1", "gpushare/share-gpu-4", 4)]
 
 
 def test_the_same_event_is_written_again_only_after_the_repeat_interval() -> None:

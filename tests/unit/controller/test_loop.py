@@ -14,6 +14,7 @@ from controller.errors import ApiUnavailable
 from controller.io.kube_client import WatchEvent
 from controller.loop import ReconcileLoop
 from controller.spot_hooks import SpotHooks
+from gpushare import keys
 from gpushare.config import load_config
 from gpushare.errors import GpushareError
 from tests.unit.controller.loop_pods import pod, shadow
@@ -329,3 +330,21 @@ def test_events_during_a_pass_ask_for_exactly_one_more_and_nothing_sleeps_in_bet
         stop.set()
         loop.wake()
         thread.join(5)
+
+
+def test_a_withdrawal_waits_for_a_sharer_only_a_fresh_list_shows_and_the_node_watch_holds_the_count() -> None:
+    marks = {keys.ANNOTATION_SHADOW_DRAINING: "900.000", keys.ANNOTATION_SHADOW_DRAINED: "900.000 published 990.000"}
+    settled = shadow("s", node="n1", phase="Running", annotations=marks)
+    loop, client, plugins = make_loop([settled], leader=False)
+    # Bound after the watch's copy was taken: only a LIST made now shows it.
+    client.pods.append(pod("late", node="n1", limits=SHARER))
+    loop.tick()
+    share_lists = [ids for r, ids in plugins.set if r == "gpushare/share-gpu-4"]
+    assert len(share_lists[-1]) == 4  # still listed: the late sharer is admitted on them
+    assert not [c for c in client.calls if c[0] == "annotate"]  # no answer: the leader may not delete yet
+    assert loop._node_status.held() == {"gpushare/share-gpu-4": 0}  # what the watch keeps lowered meanwhile
+
+    client.pods.pop()  # the late sharer is gone: nobody waits any more
+    loop.tick()
+    assert [ids for r, ids in plugins.set if r == "gpushare/share-gpu-4"][-1] == ()
+    assert ("annotate", "gpushare-system/s", (keys.ANNOTATION_SHADOW_DRAINED,)) in client.calls

@@ -6,7 +6,13 @@ from typing import Any
 
 from controller.core.actions import AnnotatePod, CreateShadow, DeleteShadow, PublishCapacity, SetDevices
 from controller.core.mapping import MappingCache
-from controller.core.shadow_drain import DRAIN_SETTLE_S
+from controller.core.shadow_drain import (
+    DRAIN_SETTLE_S,
+    hold_withdrawals,
+    published_counts,
+    sharers_waiting,
+    withdrawn_now,
+)
 from controller.core.share_solver import plan_node_shares, plan_shadows
 from gpushare import keys
 from gpushare.config import Config
@@ -147,3 +153,49 @@ def test_without_a_draining_shadow_no_count_is_published() -> None:
 
 def test_without_a_clock_there_is_no_settle_time() -> None:
     assert node([draining()], now=None)[0] == SetDevices(RESOURCE, ())
+
+
+# --- the fresh-LIST confirmation before a withdrawal -----------------------------------------------------------
+
+
+def test_a_withdrawal_is_the_bare_answer_not_the_note_of_a_publish() -> None:
+    (s,) = snap([draining()]).shadows
+    withdrawing = node([draining(answered=PUBLISHED_LONG_AGO)])
+    assert withdrawn_now(withdrawing) == [AnnotatePod(s.ref, ANSWER, TOKEN)]
+    assert withdrawn_now(node([draining()])) == []  # the first sight only notes the publish
+    assert withdrawn_now(node([draining(answered=TOKEN)])) == []  # withdrawn in an earlier pass
+    assert published_counts(withdrawing) == {RESOURCE: 0}
+    assert published_counts(node([shadow("s")])) == {}
+
+
+def test_sharers_waiting_are_those_bound_here_unfinished_and_holding_no_device() -> None:
+    pods = [
+        sharer("landing", node=NODE, phase="Pending"),
+        sharer("admitted", node=NODE, phase="Running"),
+        sharer("failed", node=NODE, phase="Failed"),
+        sharer("unbound"),
+        sharer("other-spec", node=NODE, phase="Pending", spec=2),
+    ]
+    sharers = snap(pods).sharers_on(NODE)
+    assert sharers_waiting(sharers, frozenset({"default/admitted"})) == {RESOURCE, "gpushare/share-gpu-2"}
+    no_landing = [s for s in sharers if s.ref.name not in ("landing", "other-spec")]
+    assert sharers_waiting(no_landing, frozenset({"default/admitted"})) == frozenset()
+    assert sharers_waiting(no_landing, frozenset()) == {RESOURCE}  # running, but PodResources shows no device
+
+
+def test_a_withdrawal_on_a_resource_a_sharer_waits_on_is_taken_back_whole() -> None:
+    pods = [draining(answered=PUBLISHED_LONG_AGO), shadow("t")]
+    s = {x.ref.name: x for x in snap(pods).shadows}
+    planned = node(pods)
+    other = tuple(f"gpushare-system/t-{i}" for i in range(4))
+    assert planned == [
+        SetDevices(RESOURCE, other),
+        PublishCapacity(RESOURCE, 4),
+        AnnotatePod(s["s"].ref, ANSWER, TOKEN),
+    ]
+    kept = hold_withdrawals(planned, s.values(), frozenset({RESOURCE}))
+    # The devices stay listed, the count published stays as it was, and no answer lets the leader delete.
+    assert kept == [SetDevices(RESOURCE, tuple(sorted(IDS + other))), PublishCapacity(RESOURCE, 4)]
+    assert hold_withdrawals(planned, s.values(), None) == kept  # the LIST failed: keep them all
+    assert hold_withdrawals(planned, s.values(), frozenset({"gpushare/share-gpu-2"})) == planned
+    assert hold_withdrawals(planned, s.values(), frozenset()) == planned

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.io.node_status import lower_allocatable
+from controller.io.node_status import lower_allocatable, lower_fields
 
 R = "gpushare/share-gpu-4"
 
@@ -50,3 +50,13 @@ def test_nothing_is_written_unless_the_node_shows_more(capacity: dict[str, str],
     want_write = allocatable.get(R, "").isdecimal() and int(allocatable[R]) > 2
     assert lower_allocatable(api, "node-a", R, 2) == want_write
     assert [c[0] for c in api.calls] == (["GET", "PATCH"] if want_write else ["GET"])
+
+
+def test_lower_fields_names_what_it_cannot_read_and_patches_only_what_shows_more() -> None:
+    node = {"status": {"capacity": {R: "8", "gpushare/share-gpu-2": "2"}, "allocatable": {R: "2k"}}}
+    lower, problems = lower_fields(node, {R: 4, "gpushare/share-gpu-2": 1, "gpushare/share-gpu-8": 0})
+    assert lower == {"capacity": {R: "4", "gpushare/share-gpu-2": "1"}}
+    assert problems == [f"status.allocatable[{R}] is '2k', not a whole count"]
+    assert lower_fields({"metadata": {}}, {R: 4}) == ({}, ["the Node has no status"])
+    assert lower_fields(None, {R: 4}) == ({}, ["the Node has no status"])
+    assert lower_fields({}, {}) == ({}, [])
