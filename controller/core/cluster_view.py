@@ -28,13 +28,15 @@ def merge_pods(*views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     best: dict[tuple[str, str], Mapping[str, Any]] = {}
     for view in views:
         for pod in view:
-            meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-            if not isinstance(meta, Mapping):
+            # type() first: the ABC checks cost more than the rest of the loop.
+            meta = pod.get("metadata") if type(pod) is dict or isinstance(pod, Mapping) else None
+            if type(meta) is not dict and not isinstance(meta, Mapping):
                 # Kept, under a key of its own: build_snapshot reports what is wrong with it.
                 best[("", f"#{id(pod)}")] = pod
                 continue
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-            if key not in best or _resource_version(pod) > _resource_version(best[key]):
+            seen = best.get(key)
+            if seen is None or _resource_version(pod) > _resource_version(seen):
                 best[key] = pod
     return list(best.values())
 
@@ -55,7 +57,9 @@ def unschedulable_shadows(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if meta.get("namespace") == keys.SHADOW_NAMESPACE and (message := unschedulable_message(pod)):
+        if meta.get("namespace") != keys.SHADOW_NAMESPACE or (pod.get("status") or {}).get("phase") == "Running":
+            continue  # most shadows hold their GPU: no need to look for the scheduler's word
+        if message := unschedulable_message(pod):
             out[f"{meta.get('namespace')}/{meta.get('name')}"] = message
     return out
 
@@ -68,8 +72,11 @@ def plan_waiting_events(snapshot: Snapshot, unschedulable: Mapping[str, str]) ->
     ``unschedulable``: shadow ``ns/name`` -> the scheduler's message.
     """
     stuck: dict[ShareKey, list[tuple[str, str]]] = {}
+    if not unschedulable:
+        return []
     for s in snapshot.shadows:
-        msg = unschedulable.get(s.ref.key, "")
+        ref = s.facts.ref
+        msg = unschedulable.get(f"{ref.namespace}/{ref.name}", "")  # ref.key, without a call per shadow
         if msg and s.facts.is_alive:
             stuck.setdefault(s.key, []).append((s.ref.key, msg))
     # One message per key: every sharer waiting on it gets the same text.

@@ -2,7 +2,7 @@
 
 Built on ``controller.core.pod_facts`` (what every pod has):
 
-    Pool / ShareKey                             the unit of shadow demand: pool x kind x N (design §3)
+    Pool / ShareKey                             the unit of shadow demand (``controller.core.share_key``, re-exported)
     ShadowPod / SharePod / SpotPod              the design's roles (design §3, §6)
     Owner                                       a container holding a real GPU (design §6)
     PodResourcesEntry                           one kubelet PodResources row (k8s.io/kubelet pkg/apis/podresources/v1)
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from controller.core.pod_facts import (
@@ -26,6 +27,7 @@ from controller.core.pod_facts import (
     PodKey,
     PodProblem,
     PodRef,
+    ReadCache,
     is_vendor_resource,
     parse_pod,
     problem_of,
@@ -37,61 +39,10 @@ from controller.core.records import (
     parse_owner_annotation,
     parse_users_annotation,
 )
+from controller.core.share_key import Pool, ShareKey, ShareKeys, share_key
 from controller.errors import InvalidObject
 from gpushare import keys
 from gpushare.config import Config
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class Pool:
-    """Where a shadow's GPU comes from: a real resource, refined by a node-selector label set.
-
-    A sharer's pool is the real resource named by its ``pool-resource`` annotation (default:
-    the first of ``realResources``) plus its own nodeSelector; a shadow's pool is the real
-    resource it requests plus its nodeSelector. A shadow created for a pool carries that
-    nodeSelector, so its sharers can follow it to the same nodes (docs/controller.md).
-    """
-
-    resource: str
-    node_selector: tuple[tuple[str, str], ...] = ()
-
-    def __str__(self) -> str:
-        if not self.node_selector:
-            return self.resource
-        return self.resource + "{" + ",".join(f"{k}={v}" for k, v in self.node_selector) + "}"
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class ShareKey:
-    """The unit of shadow demand: pool x kind x N (design §3)."""
-
-    pool: Pool
-    kind: str
-    spec: int
-
-    @property
-    def resource(self) -> str:
-        return keys.share_resource(self.kind, self.spec)
-
-    def __str__(self) -> str:
-        return f"{self.pool}/{self.resource}"
-
-
-# One ShareKey per pool x kind x N in a snapshot: the leader's pass groups thousands of pods by
-# key, and a dict finds an identical key without comparing fields.
-ShareKeys = dict[tuple[str, tuple[tuple[str, str], ...], str, int], ShareKey]
-
-
-def _share_key(
-    resource: str, selector: tuple[tuple[str, str], ...], kind: str, spec: int, known: ShareKeys | None
-) -> ShareKey:
-    if known is None:
-        return ShareKey(Pool(resource, selector), kind, spec)
-    fields = (resource, selector, kind, spec)
-    key = known.get(fields)
-    if key is None:
-        key = known[fields] = ShareKey(Pool(resource, selector), kind, spec)
-    return key
 
 
 def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
@@ -120,6 +71,9 @@ def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
         )
     ((kind, spec), qty) = next(iter(found.items()))
     return kind, spec, qty
+
+
+_SHARE_KINDS = frozenset({keys.KIND_SHARE, keys.KIND_SHARE_DEV})
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +105,10 @@ class ShadowPod(_PodRole):
 
     @property
     def used_slots(self) -> int:
-        return len({vid for ids in self.users.values() for vid in ids})
+        used: set[str] = set()
+        for ids in self.users.values():  # the leader asks this of every shadow on each pass
+            used.update(ids)
+        return len(used)
 
     @classmethod
     def from_facts(cls, facts: PodFacts, share_keys: ShareKeys | None = None) -> ShadowPod:
@@ -159,23 +116,30 @@ class ShadowPod(_PodRole):
         kind = facts.labels.get(keys.LABEL_SHARE_KIND, "")
         spec_text = facts.labels.get(keys.LABEL_SHARE_SPEC, "")
         # isascii and isdecimal, not isdigit: int() refuses digits such as "²" and reads "٣" as 3.
-        is_number = spec_text.isascii() and spec_text.isdecimal() and len(spec_text) <= 4
-        if kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV) or not is_number or int(spec_text) < 1:
+        spec = int(spec_text) if spec_text.isascii() and spec_text.isdecimal() and len(spec_text) <= 4 else 0
+        if kind not in _SHARE_KINDS or spec < 1:
             raise InvalidObject(
                 f"gpushare: shadow {facts.ref} has share-kind {kind!r:.40} and share-spec {spec_text!r:.40}; "
                 "both labels are required (design §3)",
                 field="metadata.labels",
             )
-        real = sorted({r for c in facts.containers for r, _ in c.resources if is_vendor_resource(r)})
+        real: set[str] = set()
+        for c in facts.containers:  # a loop, not a comprehension: this runs for every shadow read
+            for r, _ in c.resources:
+                if is_vendor_resource(r):
+                    real.add(r)
         if len(real) != 1:
             raise InvalidObject(
-                f"gpushare: shadow {facts.ref} requests real resources {real}; a shadow requests exactly one real GPU",
+                f"gpushare: shadow {facts.ref} requests real resources {sorted(real)}; a shadow requests exactly one "
+                "real GPU",
                 field="resources",
             )
+        (resource,) = real
+        users = facts.annotations.get(keys.ANNOTATION_SHADOW_USERS)
         return cls(
-            facts=facts,
-            key=_share_key(real[0], facts.node_selector, kind, int(spec_text), share_keys),
-            users=parse_users_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_USERS)),
+            facts,
+            share_key(resource, facts.node_selector, kind, spec, share_keys),
+            parse_users_annotation(users) if users else {},
         )
 
 
@@ -209,7 +173,7 @@ class SharePod(_PodRole):
         resource = facts.annotations.get(keys.ANNOTATION_POOL_RESOURCE, default_pool_resource)
         return cls(
             facts=facts,
-            key=_share_key(resource, facts.node_selector, kind, spec, share_keys),
+            key=share_key(resource, facts.node_selector, kind, spec, share_keys),
             quantity=qty,
             owner_shadows=parse_owner_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_OWNER)),
         )
@@ -301,10 +265,10 @@ _Read = tuple[PodFacts, ShadowPod | SharePod | SpotPod | None] | tuple[PodProble
 SnapshotMemo = PodMemo[_Read]
 
 
-def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys) -> _Read:
+def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys, cache: ReadCache) -> _Read:
     try:
-        facts = parse_pod(raw)
-        if is_shadow(facts):
+        facts = parse_pod(raw, cache)
+        if facts.ref.namespace == keys.SHADOW_NAMESPACE and is_shadow(facts):
             return facts, ShadowPod.from_facts(facts, share_keys)
         sharer = SharePod.from_facts(facts, default_pool, share_keys)
         if sharer is not None:
@@ -318,10 +282,9 @@ def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys) 
         return problem_of(raw, exc), None
 
 
-def _by_ref(role: _PodRole) -> tuple[str, str, str]:
-    """The order of ``PodRef`` as a plain tuple: sorting compares tuples without calling dataclass methods."""
-    ref = role.facts.ref
-    return ref.namespace, ref.name, ref.uid
+# The order of ``PodRef`` as a plain tuple, read in C: sorting then compares tuples without
+# calling dataclass methods.
+_by_ref = attrgetter("facts.ref.namespace", "facts.ref.name", "facts.ref.uid")
 
 
 def build_snapshot(
@@ -343,9 +306,10 @@ def build_snapshot(
     """
     default_pool = cfg.real_resources[0]
     share_keys: ShareKeys = {}
+    cache = ReadCache()
 
     def read(raw: Mapping[str, Any]) -> _Read:
-        return _read_pod(raw, default_pool, share_keys)
+        return _read_pod(raw, default_pool, share_keys, cache)
 
     reads = memo.read_all(pods, read, default_pool) if memo is not None else [read(raw) for raw in pods]
     by_key: dict[PodKey, PodFacts] = {}
@@ -363,7 +327,8 @@ def build_snapshot(
             sharers.append(role)
         elif isinstance(role, SpotPod):
             spot.append(role)
-        by_key[facts.ref.key] = facts
+        ref = facts.ref
+        by_key[f"{ref.namespace}/{ref.name}"] = facts  # ref.key, without a call per pod
     return Snapshot(
         node_name=cfg.node_name,
         pods=by_key,

@@ -9,6 +9,7 @@ for people, ``gpushare status`` and the leader's slot count, rebuilt every pass 
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,11 +26,11 @@ def parse_users_annotation(value: str | None) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for user, ids in doc.items():
         if isinstance(ids, list):
-            for i in ids:
-                if not isinstance(i, str):
-                    break
-            else:
-                out[user] = tuple(sorted(ids))
+            try:
+                "".join(ids)  # refuses any item that is not a str, in C
+            except TypeError:
+                continue
+            out[user] = tuple(sorted(ids)) if len(ids) > 1 else tuple(ids)
     return out
 
 
@@ -54,13 +55,24 @@ def _load_json_object(value: str | None) -> dict[str, Any]:
     # damaged one must not stop anything, so it reads as "no record" and gets rewritten.
     # RecursionError: json refuses nesting deeper than the interpreter's stack, which a
     # tenant-written value can reach in a few kilobytes of brackets.
+    #
+    # The scanner json.loads runs, without its layers of Python around it (the leader reads the
+    # users record of every shadow on each pass): json.loads skips the same whitespace around
+    # the value and refuses anything after it.
     if not value:
         return {}
+    text = value.strip(_JSON_WHITESPACE)
     try:
-        doc = json.loads(value)
-    except (ValueError, RecursionError):
+        doc, end = _scan_json(text, 0)
+    except (StopIteration, ValueError, RecursionError):
         return {}
-    return doc if isinstance(doc, dict) else {}
+    return doc if end == len(text) and isinstance(doc, dict) else {}
+
+
+_JSON_WHITESPACE = " \t\n\r"  # what json's decoder skips before and after a value
+# json.loads's own scanner (in C where it is built); typeshed's stub asks for a scanner where a
+# decoder is what it reads its settings from.
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def encode_users_annotation(users: Mapping[str, Iterable[str]]) -> str:

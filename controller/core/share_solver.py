@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from controller.core.actions import (
@@ -121,9 +122,8 @@ def _configured_specs(cfg: Config) -> set[tuple[str, int]]:
     return {(keys.KIND_SHARE, n) for n in cfg.share_specs} | {(keys.KIND_SHARE_DEV, n) for n in cfg.dev_share_specs}
 
 
-def _ref_order(role: ShadowPod) -> tuple[str, str, str]:
-    ref = role.facts.ref
-    return ref.namespace, ref.name, ref.uid
+# A shadow's ``PodRef`` order as a plain tuple, read in C (the order of ``Snapshot.shadows``).
+_ref_order = attrgetter("facts.ref.namespace", "facts.ref.name", "facts.ref.uid")
 
 
 @dataclass
@@ -134,6 +134,7 @@ class _Demand:
     alive: dict[ShareKey, list[ShadowPod]]  # alive shadows per key, in snapshot order
     pending: dict[ShareKey, list[SharePod]]  # pending sharers per key, in snapshot order
     snapshot: Snapshot
+    draining: set[str]  # uids of the alive shadows being taken out of service (shadow_drain.is_draining)
     _ordinals: dict[str, set[int]] | None = None
 
     @classmethod
@@ -147,25 +148,39 @@ class _Demand:
         """
         used: dict[str, int] = {}
         alive: dict[ShareKey, list[ShadowPod]] = {}
+        draining: set[str] = set()
         recorded: set[str] = set()
         by_node: dict[tuple[str, str, int], list[ShadowPod]] = {}
         for s in snapshot.shadows:
-            recorded.update(user.rsplit("/", 1)[0] for user in s.users)
-            if not s.facts.is_alive:
+            users = s.users
+            if users:
+                for user in users:
+                    recorded.add(user.rsplit("/", 1)[0])
+            facts = s.facts
+            if not facts.is_alive:
                 continue
-            used[s.facts.ref.uid] = s.used_slots
-            alive.setdefault(s.key, []).append(s)
-            if s.facts.node_name:
-                by_node.setdefault((s.facts.node_name, s.key.kind, s.key.spec), []).append(s)
-        for on_node in by_node.values():
-            on_node.sort(key=is_draining)  # a just-bound sharer is counted on a shadow in service first
+            uid = facts.ref.uid
+            used[uid] = s.used_slots if users else 0
+            if is_draining(s):
+                draining.add(uid)
+            key = s.key
+            same_key = alive.get(key)
+            if same_key is None:
+                alive[key] = [s]
+            else:
+                same_key.append(s)
+            if facts.node_name:
+                by_node.setdefault((facts.node_name, key.kind, key.spec), []).append(s)
+        if draining:  # a just-bound sharer is counted on a shadow in service first
+            for on_node in by_node.values():
+                on_node.sort(key=lambda s: s.facts.ref.uid in draining)
         pending: dict[ShareKey, list[SharePod]] = {}
         for sharer in snapshot.sharers:
             if sharer.is_pending:
                 pending.setdefault(sharer.key, []).append(sharer)
             elif sharer.holds_slots and sharer.facts.ref.key not in recorded:
                 _count_unrecorded(sharer, by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), ()), used)
-        return cls(used, alive, pending, snapshot)
+        return cls(used, alive, pending, snapshot, draining)
 
     def taken_ordinals(self, key: ShareKey) -> set[int]:
         """Ordinals in use by any shadow of this key, or still named by a sharer's owner record."""
@@ -218,14 +233,13 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
                 continue
         n = key.spec
         # A draining shadow's slots are on their way out (controller/core/shadow_drain.py).
-        in_service = [s for s in alive if not is_draining(s)]
+        in_service = [s for s in alive if s.facts.ref.uid not in index.draining]
         free = sum(max(0, n - used[s.facts.ref.uid]) for s in in_service)
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if is_served else 0)
         shortage = target - free
-        drains = plan_draining(
-            [s for s in alive if is_draining(s)], used, create=-(-shortage // n) if shortage > 0 else 0
-        )
+        leaving = [s for s in alive if s.facts.ref.uid in index.draining]
+        drains = plan_draining(leaving, used, create=-(-shortage // n) if shortage > 0 else 0)
         actions += drains.actions
         free += sum(max(0, n - used[s.facts.ref.uid]) for s in drains.back)
         create = drains.create
