@@ -28,10 +28,14 @@ def cli(action: str, root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO, check=False)
 
 
-def pinned_netns() -> set[int]:
-    """Inodes of the network namespaces pinned under /run/netns (containerd's, everyone's)."""
+def pinned_netns() -> dict[Path, int]:
+    """The network namespaces pinned under /run/netns (containerd's, everyone's): path -> inode.
+
+    A namespace's inode number is reused as soon as it is freed, so another cluster on the host
+    may pin a new namespace under the number this one's had: what identifies a pin is its path.
+    """
     netns = Path("/run/netns")
-    return {p.stat().st_ino for p in netns.iterdir()} if netns.is_dir() else set()
+    return {p: p.stat().st_ino for p in netns.iterdir()} if netns.is_dir() else {}
 
 
 def require_cluster_installs() -> Path:
@@ -80,7 +84,8 @@ def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
             subprocess.run(wait, check=True, capture_output=True)
         logs = subprocess.run([*k, "logs", "netns"], check=True, capture_output=True, text=True).stdout
         pod_netns = int(logs.strip().removeprefix("net:[").removesuffix("]"))
-        assert pod_netns in pinned_netns(), "containerd pinned no network namespace for the pod"
+        pins = [path for path, ino in pinned_netns().items() if ino == pod_netns]
+        assert pins, "containerd pinned no network namespace for the pod"
         before = leftovers(root)
         # The check below must be able to fail: it sees every kind of thing while the cluster runs.
         for kind in ("process", "mount", "cgroup"):
@@ -89,7 +94,7 @@ def test_cluster_up_then_down_leaves_no_process_mount_or_cgroup() -> None:
         down = cli("down", root)
     assert down.returncode == 0, down.stderr
     assert leftovers(root) == []
-    assert pod_netns not in pinned_netns()
+    assert [p for p in pins if p.exists()] == []
     assert not root.exists()
     assert read_sysctls() == sysctls, "kubelet's sysctl changes were not put back"
     print(f"cluster up (CLI, cached binaries) in {started:.1f} s")
