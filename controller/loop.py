@@ -48,7 +48,7 @@ from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
 from controller.core.pod_problems import ProblemTracker
-from controller.core.shadow_drain import published_counts
+from controller.core.shadow_drain import DRAIN_SETTLE_S, published_counts
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.namespace_cache import NamespaceCache
@@ -120,7 +120,8 @@ class ReconcileLoop:
         self._shadows = PodCache(
             client, namespace=keys.SHADOW_NAMESPACE, label_selector=shadow_role, resync_s=resync_s, on_change=self.wake
         )
-        self._node_status = NodeWatch(client, cfg.node_name, resync_s=resync_s)
+        # The pass's clock: the times it keeps are compared with the pass's ``now``.
+        self._node_status = NodeWatch(client, cfg.node_name, resync_s=resync_s, clock=clock)
         self._applier = Applier(
             client=client,
             plugins=plugins,
@@ -322,6 +323,7 @@ class ReconcileLoop:
             load=self._load,
             save=self._save,
             list_node_pods=lambda: self._client.list_pods(field_selector=f"spec.nodeName={self.cfg.node_name}")[0],
+            recently_exposed=lambda: self._node_status.exposed_within(now, DRAIN_SETTLE_S),
         )
         if self._spot is not None and node.spot_plan is not None:
             # Before any action: a detect applied below may be answered by a notice at once.

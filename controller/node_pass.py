@@ -78,15 +78,20 @@ def plan_node(
     load: LoadTimers,
     save: SaveTimers,
     list_node_pods: ListNodePods | None = None,
+    recently_exposed: Callable[[], frozenset[str]] | None = None,
 ) -> NodePass:
     """Spot's plan (when spot is wired in), then the share plugins'; each part fails on its own.
 
     ``list_node_pods``: confirms withdrawals (``confirm_withdrawals``); None trusts the snapshot.
+    ``recently_exposed``: the share resources whose full count the Node showed (kubelet wrote it
+    back) less than the settle time ago; their withdrawals wait, as after the first publish.
     """
     nothing: tuple[Action, ...] = ()
 
     def shares_plan() -> tuple[Action, ...]:
         actions = plan_shares(cfg, snap, mapping, now, load=load, save=save)
+        if withdrawn_now(actions) and recently_exposed is not None and (exposed := recently_exposed()):
+            actions = tuple(hold_withdrawals(actions, snap.shadows_on(snap.node_name), exposed))
         if list_node_pods is None or not withdrawn_now(actions):
             return actions
         return confirm_withdrawals(cfg, snap, mapping, actions, list_node_pods)

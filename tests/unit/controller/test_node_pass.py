@@ -42,12 +42,26 @@ class Lister:
         return self.pods
 
 
-def shares(cached: list[dict[str, Any]], lister: Lister, rows: Sequence[PodResourcesEntry] = ()) -> list[Action]:
+def shares(
+    cached: list[dict[str, Any]],
+    lister: Lister,
+    rows: Sequence[PodResourcesEntry] = (),
+    exposed: frozenset[str] = frozenset(),
+) -> list[Action]:
     s = snap(cached, pod_resources=rows)
     mapping = MappingCache.rebuild(s.pod_resources, s.pods, CFG.real_resources)
     parts = PassParts()
     node = plan_node(
-        CFG, s, mapping, NOW, parts=parts, spot=None, load=lambda _k: {}, save=lambda *_: None, list_node_pods=lister
+        CFG,
+        s,
+        mapping,
+        NOW,
+        parts=parts,
+        spot=None,
+        load=lambda _k: {},
+        save=lambda *_: None,
+        list_node_pods=lister,
+        recently_exposed=lambda: exposed,
     )
     assert parts.failures == []
     # This spec's list, count and answers only: the other specs' lists and the records are not the point here.
@@ -110,3 +124,14 @@ def test_no_list_is_taken_unless_the_plan_withdraws() -> None:
 def test_an_empty_fresh_list_confirms_the_withdrawal() -> None:
     draining = shadow("s", annotations=SETTLED)
     assert withdrawn(shares([draining], Lister([draining])))
+
+
+def test_a_count_kubelet_wrote_back_within_the_settle_time_keeps_the_devices_listed_without_a_list() -> None:
+    """The scheduler may have placed a sharer on the full count while it showed: its binding can
+    reach this node up to the settle time later, and it needs the devices then."""
+    draining = shadow("s", annotations=SETTLED)
+    lister = Lister([draining])
+    assert kept(shares([draining], lister, exposed=frozenset({RESOURCE})))
+    assert lister.calls == 0
+    # Another spec's count shown again changes nothing for this one.
+    assert withdrawn(shares([draining], lister, exposed=frozenset({"gpushare/share-gpu-2"})))

@@ -196,3 +196,29 @@ def test_the_thread_lists_then_watches_from_the_list_and_a_failed_list_is_retrie
     assert not thread.is_alive()
     assert [c[0] for c in api.calls] == ["list", "list", "patch", "watch", "patch"]
     assert ("watch", "node-a", "10") in api.calls
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_when_a_held_count_showed_higher_is_kept_for_the_settle_time_even_if_the_patch_fails() -> None:
+    api, clock = Api([node(r="0")]), Clock()
+    w = NodeWatch(api, "node-a", clock=clock)  # type: ignore[arg-type]
+    w.relist()
+    w.hold({R: 0, OTHER: 0})
+    assert w.exposed_within(clock.now, 5.0) == frozenset()
+    api.fail_patch = ApiUnavailable("gpushare: PATCH answered 503; retrying")
+    w.apply(WatchEvent("MODIFIED", node(rv="11", r="8", o="0")))  # kubelet wrote R back up
+    assert w.exposed_within(clock.now, 5.0) == {R}
+    clock.now += 4.9
+    assert w.exposed_within(clock.now, 5.0) == {R}
+    clock.now += 0.2
+    assert w.exposed_within(clock.now, 5.0) == frozenset()
+    w.apply(WatchEvent("MODIFIED", node(rv="12", r="8", o="0")))  # and again: the window starts over
+    w.hold({OTHER: 0})  # R's drain is over: its count is kubelet's, nothing of it is held back
+    assert w.exposed_within(clock.now, 5.0) == frozenset()
