@@ -48,7 +48,7 @@ from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
 from controller.core.pod_problems import ProblemTracker
-from controller.core.shadow_drain import DRAIN_SETTLE_S, published_counts
+from controller.core.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.namespace_cache import NamespaceCache
@@ -313,6 +313,11 @@ class ReconcileLoop:
         self._problems_logged = current  # only the last pass's: the set never grows past one pass
 
     def _plan_node(self, snap: Snapshot, mapping: MappingCache, now: float, parts: PassParts) -> NodePass:
+        # A withdrawal a write-back holds is due again when the hold ends, not at the next event:
+        # kubelet's next status would write the count back again and start another hold.
+        exposed = self._node_status.exposed_until(now, WRITE_BACK_SETTLE_S)
+        if exposed:
+            self._next_due = min(exposed.values())
         node = plan_node(
             self.cfg,
             snap,
@@ -323,12 +328,13 @@ class ReconcileLoop:
             load=self._load,
             save=self._save,
             list_node_pods=lambda: self._client.list_pods(field_selector=f"spec.nodeName={self.cfg.node_name}")[0],
-            recently_exposed=lambda: self._node_status.exposed_within(now, DRAIN_SETTLE_S),
+            recently_exposed=lambda: frozenset(exposed),
         )
         if self._spot is not None and node.spot_plan is not None:
             # Before any action: a detect applied below may be answered by a notice at once.
             self._spot.arm(node.spot_plan.returns)
-            self._next_due = node.spot_plan.next_change_at
+            due = [t for t in (self._next_due, node.spot_plan.next_change_at) if t is not None]
+            self._next_due = min(due) if due else None
             with contextlib.suppress(GpushareError):
                 self._plugins.set_spot_lent(node.spot_plan.lent_real_ids)
         return node

@@ -22,7 +22,7 @@ from controller.core.actions import Action, SetSpotHealth
 from controller.core.holdings import bind_holdings, decode_bindings, encode_bindings
 from controller.core.mapping import MappingCache
 from controller.core.model import Snapshot, build_snapshot
-from controller.core.shadow_drain import hold_withdrawals, sharers_waiting, withdrawn_now
+from controller.core.shadow_drain import hold_withdrawals, sharers_waiting, withdrawn_now, write_backs_may_hold
 from controller.core.share_solver import plan_node_shares
 from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
 from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
@@ -84,14 +84,16 @@ def plan_node(
 
     ``list_node_pods``: confirms withdrawals (``confirm_withdrawals``); None trusts the snapshot.
     ``recently_exposed``: the share resources whose full count the Node showed (kubelet wrote it
-    back) less than the settle time ago; their withdrawals wait, as after the first publish.
+    back) less than ``WRITE_BACK_SETTLE_S`` ago; their withdrawals wait, for at most
+    ``WRITE_BACK_HOLD_MAX_S`` after each drain's publish (``write_backs_may_hold``).
     """
     nothing: tuple[Action, ...] = ()
 
     def shares_plan() -> tuple[Action, ...]:
         actions = plan_shares(cfg, snap, mapping, now, load=load, save=save)
         if withdrawn_now(actions) and recently_exposed is not None and (exposed := recently_exposed()):
-            actions = tuple(hold_withdrawals(actions, snap.shadows_on(snap.node_name), exposed))
+            holdable = [s for s in snap.shadows_on(snap.node_name) if write_backs_may_hold(s, now)]
+            actions = tuple(hold_withdrawals(actions, holdable, exposed))
         if list_node_pods is None or not withdrawn_now(actions):
             return actions
         return confirm_withdrawals(cfg, snap, mapping, actions, list_node_pods)

@@ -49,6 +49,15 @@ from gpushare.ids import virtual_ids_of
 # count: a sharer the scheduler placed on the old count before the lower one reached its cache
 # is bound, and seen on the node's watch, within this even on a machine under heavy load.
 DRAIN_SETTLE_S = 5.0
+# How long a withdrawal waits after the Node last showed the full count again (kubelet's node
+# status wrote it back and the agent lowered it at once): a sharer the scheduler placed on it
+# in those few milliseconds is bound, and in the fresh LIST, well within this. It must stay
+# below kubelet's ``nodeStatusUpdateFrequency`` (10 s by default, 4 s in the test clusters):
+# every status writes the count back, and a longer wait would find no gap between two.
+WRITE_BACK_SETTLE_S = 2.0
+# Write-backs hold one drain at most this long after its publish, whatever kubelet's period:
+# past it, the fresh LIST of the node's pods alone guards the withdrawal.
+WRITE_BACK_HOLD_MAX_S = 30.0
 _PUBLISHED = " published "
 
 
@@ -152,6 +161,18 @@ def plan_node_offer(
     return [*out, *answers]
 
 
+def write_backs_may_hold(shadow: ShadowPod, now: float) -> bool:
+    """A write-back of the full count may still hold this draining shadow's withdrawal.
+
+    Only for ``WRITE_BACK_HOLD_MAX_S`` after the node published the lower count for this mark,
+    so that a kubelet whose status period is shorter than ``WRITE_BACK_SETTLE_S`` cannot keep
+    an idle shadow forever.
+    """
+    token = drain_token(shadow)
+    published = None if token is None else _published_at(shadow, token)
+    return published is not None and now - published < WRITE_BACK_HOLD_MAX_S
+
+
 def withdrawn_now(actions: Iterable[Action]) -> list[AnnotatePod]:
     """The answers of a node plan that withdraw a draining shadow's devices in this very pass."""
     return [a for a in actions if _is_withdrawal(a)]
@@ -225,6 +246,8 @@ def _published_at(shadow: ShadowPod, token: str) -> float | None:
 
 __all__ = [
     "DRAIN_SETTLE_S",
+    "WRITE_BACK_HOLD_MAX_S",
+    "WRITE_BACK_SETTLE_S",
     "DrainPlan",
     "drain_token",
     "hold_withdrawals",
@@ -237,4 +260,5 @@ __all__ = [
     "start_drain",
     "undrain",
     "withdrawn_now",
+    "write_backs_may_hold",
 ]

@@ -60,8 +60,9 @@ class NodeWatch(ListWatchLoop):
         self._lock = threading.Lock()
         self._doc: Mapping[str, Any] | None = None  # the Node as the watch last showed it
         self._held: dict[str, int] = {}  # share resource -> the count the last pass publishes
-        # share resource -> when (``clock``) a Node event last showed it above the held count:
-        # the scheduler may have placed a sharer on that count until the lowering reached it.
+        # share resource -> when (``clock``) the Node last stopped showing it above the held
+        # count, that is when a patch lowering it returned: the scheduler may have placed a
+        # sharer on the higher count until then.
         self._exposed: dict[str, float] = {}
         self._synced = False
         self._resource_version = ""
@@ -80,10 +81,10 @@ class NodeWatch(ListWatchLoop):
         with self._lock:
             return dict(self._held)
 
-    def exposed_within(self, now: float, window_s: float) -> frozenset[str]:
-        """The held resources a Node event showed above their count less than ``window_s`` before ``now``."""
+    def exposed_until(self, now: float, window_s: float) -> dict[str, float]:
+        """Held resource -> when its hold (``window_s`` from the Node last showing it higher) ends, if after ``now``."""
         with self._lock:
-            return frozenset(r for r, at in self._exposed.items() if r in self._held and now - at < window_s)
+            return {r: at + window_s for r, at in self._exposed.items() if r in self._held and now - at < window_s}
 
     def lower(self, resource: str, count: int) -> bool:
         """Lower ``resource`` on the Node to ``count`` if the watch shows it higher; True if it wrote."""
@@ -128,25 +129,18 @@ class NodeWatch(ListWatchLoop):
                 return
 
     def _enforce(self, doc: Mapping[str, Any]) -> None:
-        """Kubelet (or anyone) wrote a held count back up: lower it again now, not at the next pass.
-
-        The time is kept per resource: a sharer the scheduler placed on the count while it was
-        up needs the devices still listed until its binding reaches this node, so the pass
-        keeps a draining shadow's devices for the settle time from the latest such event.
-        """
+        """Kubelet (or anyone) wrote a held count back up: lower it again now, not at the next pass."""
         held = self.held()
-        if not held:
-            return
-        higher, _ = lower_fields(doc, held)
-        if shown := {resource for field in higher.values() for resource in field}:
-            at = self._clock()  # whether or not the patch below succeeds: the count was up
-            with self._lock:
-                self._exposed.update(dict.fromkeys(shown, at))
-        if self._write(doc, held):
+        if held and self._write(doc, held):
             log.info("share count written back; lowered again", extra=kv(node=self.node, counts=held))
 
     def _write(self, doc: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
-        """One merge-patch lowering the counts ``doc`` shows higher; a failure is logged, never raised."""
+        """One merge-patch lowering the counts ``doc`` shows higher; a failure is logged, never raised.
+
+        Each resource it lowers is noted as shown higher until now, whether or not the patch
+        went through: a sharer the scheduler placed on the count while it was up needs the
+        devices listed until its binding reaches this node (the pass's write-back settle time).
+        """
         lower, problems = lower_fields(doc, counts)
         self._log_problems(problems)
         if not lower:
@@ -157,6 +151,11 @@ class NodeWatch(ListWatchLoop):
             # Kubelet's next status or the next pass brings another chance; the watch goes on.
             log.warning("cannot lower the share count", extra=kv(node=self.node, counts=dict(counts), error=str(exc)))
             return False
+        finally:
+            shown = {resource for field in lower.values() for resource in field}
+            at = self._clock()
+            with self._lock:
+                self._exposed.update(dict.fromkeys(shown, at))
         return True
 
     def _log_problems(self, problems: list[str]) -> None:

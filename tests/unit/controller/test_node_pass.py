@@ -11,7 +11,7 @@ import pytest
 from controller.core.actions import Action, AnnotatePod, PublishCapacity, SetDevices
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry
-from controller.core.shadow_drain import DRAIN_SETTLE_S
+from controller.core.shadow_drain import DRAIN_SETTLE_S, WRITE_BACK_HOLD_MAX_S
 from controller.errors import ApiUnavailable
 from controller.node_pass import PassParts, plan_node
 from gpushare import keys
@@ -135,3 +135,20 @@ def test_a_count_kubelet_wrote_back_within_the_settle_time_keeps_the_devices_lis
     assert lister.calls == 0
     # Another spec's count shown again changes nothing for this one.
     assert withdrawn(shares([draining], lister, exposed=frozenset({"gpushare/share-gpu-2"})))
+
+
+def test_write_backs_hold_a_drain_only_so_long_after_its_publish() -> None:
+    """A kubelet whose status period is shorter than the write-back settle time shows the full
+    count again before every hold ends: past the cap the fresh LIST alone decides, so an idle
+    shadow still goes."""
+    late = {
+        keys.ANNOTATION_SHADOW_DRAINING: TOKEN,
+        keys.ANNOTATION_SHADOW_DRAINED: f"{TOKEN} published {NOW - WRITE_BACK_HOLD_MAX_S - 0.1:.3f}",
+    }
+    draining = shadow("s", annotations=late)
+    lister = Lister([draining])
+    assert withdrawn(shares([draining], lister, exposed=frozenset({RESOURCE})))
+    assert lister.calls == 1
+    # Just inside the cap the write-back still holds it.
+    inside = {**late, keys.ANNOTATION_SHADOW_DRAINED: f"{TOKEN} published {NOW - WRITE_BACK_HOLD_MAX_S + 0.1:.3f}"}
+    assert kept(shares([shadow("s", annotations=inside)], lister, exposed=frozenset({RESOURCE})))

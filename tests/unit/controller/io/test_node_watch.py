@@ -206,19 +206,43 @@ class Clock:
         return self.now
 
 
-def test_when_a_held_count_showed_higher_is_kept_for_the_settle_time_even_if_the_patch_fails() -> None:
+def test_when_a_held_count_was_last_lowered_is_kept_for_the_window_even_if_the_patch_fails() -> None:
     api, clock = Api([node(r="0")]), Clock()
     w = NodeWatch(api, "node-a", clock=clock)  # type: ignore[arg-type]
     w.relist()
     w.hold({R: 0, OTHER: 0})
-    assert w.exposed_within(clock.now, 5.0) == frozenset()
+    assert w.exposed_until(clock.now, 2.0) == {}
     api.fail_patch = ApiUnavailable("gpushare: PATCH answered 503; retrying")
     w.apply(WatchEvent("MODIFIED", node(rv="11", r="8", o="0")))  # kubelet wrote R back up
-    assert w.exposed_within(clock.now, 5.0) == {R}
-    clock.now += 4.9
-    assert w.exposed_within(clock.now, 5.0) == {R}
+    assert w.exposed_until(clock.now, 2.0) == {R: clock.now + 2.0}
+    clock.now += 1.9
+    assert set(w.exposed_until(clock.now, 2.0)) == {R}
     clock.now += 0.2
-    assert w.exposed_within(clock.now, 5.0) == frozenset()
+    assert w.exposed_until(clock.now, 2.0) == {}
+    api.fail_patch = None
     w.apply(WatchEvent("MODIFIED", node(rv="12", r="8", o="0")))  # and again: the window starts over
+    assert w.exposed_until(clock.now, 2.0) == {R: clock.now + 2.0}
+    w.apply(WatchEvent("MODIFIED", node(rv="13", r="0", o="0")))  # our own patch echoed: not shown higher
+    clock.now += 2.1
+    assert w.exposed_until(clock.now, 2.0) == {}
+    w.apply(WatchEvent("MODIFIED", node(rv="14", r="8", o="0")))
     w.hold({OTHER: 0})  # R's drain is over: its count is kubelet's, nothing of it is held back
-    assert w.exposed_within(clock.now, 5.0) == frozenset()
+    assert w.exposed_until(clock.now, 2.0) == {}
+
+
+def test_the_time_kept_is_when_the_lowering_returned_not_when_the_event_came() -> None:
+    """The scheduler may place a sharer on the full count until the patch lands, however slow it is."""
+    clock = Clock()
+
+    class SlowApi(Api):
+        def patch_node_status(self, name: str, status: Mapping[str, Any]) -> None:
+            super().patch_node_status(name, status)
+            clock.now += 1.5
+
+    api = SlowApi([node(r="0")])
+    w = NodeWatch(api, "node-a", clock=clock)  # type: ignore[arg-type]
+    w.relist()
+    w.hold({R: 0})
+    arrived = clock.now
+    w.apply(WatchEvent("MODIFIED", node(rv="11", r="8")))
+    assert w.exposed_until(clock.now, 2.0) == {R: arrived + 1.5 + 2.0}
