@@ -24,7 +24,7 @@ from typing import Any
 from controller.core.actions import REASON_NOT_LENDABLE, REASON_OWNER_BACK, REASON_OWNER_LEFT, REASON_SHADOW_GONE
 from controller.core.cluster_view import REASON_SHADOW_UNSCHEDULABLE, unschedulable_message
 from controller.core.pod_facts import PodFacts, parse_pod
-from controller.core.share_solver import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
+from controller.core.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
 from controller.errors import InvalidObject
 from gpushare import keys
 

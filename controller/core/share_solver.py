@@ -30,18 +30,15 @@ from controller.core.actions import (
     Evict,
     KillPods,
     PodToKill,
-    RecordEvent,
 )
 from controller.core.holdings import BindingKey, ShadowsByKey, bind_holdings, plan_cascade, shadow_is_gone
 from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
+from controller.core.served import configured_specs, is_served, refuse_unserved, refuse_unserved_bound
 from controller.core.shadow_drain import is_draining, plan_draining, plan_node_offer, start_drain
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import virtual_ids_of
-
-REASON_UNKNOWN_SPEC = "UnknownShareSpec"
-REASON_UNKNOWN_POOL = "UnknownPoolResource"
 
 
 @dataclass(frozen=True)
@@ -116,10 +113,6 @@ def build_shadow_manifest(key: ShareKey, name: str, cfg: Config) -> dict[str, An
         },
         "spec": spec,
     }
-
-
-def _configured_specs(cfg: Config) -> set[tuple[str, int]]:
-    return {(keys.KIND_SHARE, n) for n in cfg.share_specs} | {(keys.KIND_SHARE_DEV, n) for n in cfg.dev_share_specs}
 
 
 # A shadow's ``PodRef`` order as a plain tuple, read in C (the order of ``Snapshot.shadows``).
@@ -210,7 +203,7 @@ def _count_unrecorded(sharer: SharePod, shadows: Iterable[ShadowPod], used: dict
 
 def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float]) -> ShadowPlan:
     """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows."""
-    configured = _configured_specs(cfg)
+    configured = configured_specs(cfg)
     index = _Demand.of(snapshot)
     used = index.used
     actions: list[Action] = []
@@ -224,10 +217,10 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
     for key in sorted(set(index.alive) | set(index.pending) | warm_keys):
         pending = index.pending.get(key, [])
         alive = sorted(index.alive.get(key, []), key=_ref_order)
-        is_served = (key.kind, key.spec) in configured and key.pool.resource in cfg.real_resources
-        if not is_served:
+        served = is_served(key, configured, cfg)
+        if not served:
             # No new shadow; the ones left from an earlier config still idle out.
-            actions += _refuse_unknown(key, pending, cfg)
+            actions += refuse_unserved(key, pending, cfg)
             pending = []
             if not alive:
                 continue
@@ -236,7 +229,7 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         in_service = [s for s in alive if s.facts.ref.uid not in index.draining]
         free = sum(max(0, n - used[s.facts.ref.uid]) for s in in_service)
         asked = sum(p.quantity for p in pending)
-        target = asked + (cfg.warm_shadows * n if is_served else 0)
+        target = asked + (cfg.warm_shadows * n if served else 0)
         shortage = target - free
         leaving = [s for s in alive if s.facts.ref.uid in index.draining]
         drains = plan_draining(leaving, used, create=-(-shortage // n) if shortage > 0 else 0)
@@ -298,23 +291,6 @@ def _idle_deletes(
     return out
 
 
-def _refuse_unknown(key: ShareKey, pending: Iterable[SharePod], cfg: Config) -> list[Action]:
-    """A sharer asking for a spec or pool we do not serve gets a Warning instead of a shadow."""
-    if key.pool.resource not in cfg.real_resources:
-        reason = REASON_UNKNOWN_POOL
-        why = (
-            f"gpushare: pool resource {key.pool.resource!r:.80} (annotation {keys.ANNOTATION_POOL_RESOURCE}) is not "
-            f"one of realResources {list(cfg.real_resources)}; no shadow will be created for it"
-        )
-    else:
-        reason = REASON_UNKNOWN_SPEC
-        why = (
-            f"gpushare: {key.resource} is not served here (shareSpecs {list(cfg.share_specs)}, devShareSpecs "
-            f"{list(cfg.dev_share_specs)}); no shadow will be created for it"
-        )
-    return [RecordEvent(p.ref, reason, why, "Warning") for p in pending]
-
-
 def plan_node_shares(
     snapshot: Snapshot,
     mapping: MappingCache,
@@ -334,7 +310,7 @@ def plan_node_shares(
     shadows_here = snapshot.shadows_on(node)
     held = frozenset(h.shadow_key for h in mapping.holdings)
     holding = {h.sharer.key for h in mapping.holdings}
-    for kind, n in sorted(_configured_specs(cfg)):
+    for kind, n in sorted(configured_specs(cfg)):
         resource = keys.share_resource(kind, n)
         waiting = any(
             (s.key.kind, s.key.spec) == (kind, n) and s.holds_slots and s.ref.key not in holding
@@ -351,6 +327,7 @@ def plan_node_shares(
     actions += _shadow_gone_kills(snapshot, mapping, sharers_here, bindings, evicts)
     actions += evicts
     actions += mapping.record_updates(shadows_here, sharers_here.values(), bindings)
+    actions += refuse_unserved_bound(sharers_here.values(), cfg)
     return actions
 
 
@@ -388,8 +365,6 @@ def _shadow_gone_kills(
 
 
 __all__ = [
-    "REASON_UNKNOWN_POOL",
-    "REASON_UNKNOWN_SPEC",
     "KeyDemand",
     "ShadowPlan",
     "build_shadow_manifest",

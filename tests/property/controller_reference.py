@@ -25,9 +25,8 @@ from controller.core.actions import (
 from controller.core.cluster_view import REASON_SHADOW_UNSCHEDULABLE
 from controller.core.model import Pool, ShadowPod, ShareKey, Snapshot
 from controller.core.pod_facts import ContainerFacts, PodFacts, PodRef, is_vendor_resource
+from controller.core.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
 from controller.core.share_solver import (
-    REASON_UNKNOWN_POOL,
-    REASON_UNKNOWN_SPEC,
     KeyDemand,
     ShadowPlan,
     build_shadow_manifest,

@@ -72,9 +72,7 @@ class Env:
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                self.agent.dump_stacks()
-                tail = "\n".join(self.agent.log_text().splitlines()[-60:])
-                raise AssertionError(f"pods not Running after {timeout_s}s; agent log tail:\n{tail}")
+                raise AssertionError(f"pods not Running after {timeout_s}s; {self.diagnosis()}")
             time.sleep(0.3)
 
     def pods(self, namespace: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
@@ -91,10 +89,26 @@ class Env:
         deadline = time.monotonic() + timeout_s
         while not ok():
             if time.monotonic() > deadline:
-                self.agent.dump_stacks()
-                tail = "\n".join(self.agent.log_text().splitlines()[-80:])
-                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; agent log tail:\n{tail}")
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; {self.diagnosis()}")
             time.sleep(0.3)
+
+    def diagnosis(self) -> str:
+        """What a failed wait shows: the agent's last pass, its log before the stack dump, then the stacks.
+
+        The log is read before the dump: the stacks of a dozen threads would push every line of
+        the agent's own out of a tail.
+        """
+        before = self.agent.log_text()
+        self.agent.dump_stacks()
+        stacks = self.agent.log_text()[len(before) :]
+        try:
+            doc = self.agent.status()
+            brief = ("passes", "synced", "is_leader", "pod_resources_ok", "error", "demand", "problems")
+            report = json.dumps({k: doc.get(k) for k in brief}, default=str)[:2000]
+        except Exception as exc:  # the agent may be what is broken; the rest still helps
+            report = f"(no /status: {exc})"
+        tail = "\n".join(before.splitlines()[-60:])
+        return f"agent's last pass: {report}\nagent log tail:\n{tail}\nthread stacks:\n{stacks[-6000:]}"
 
     def exec(self, pod: str, container: str, script: str, namespace: str = "default") -> str:
         return self.cluster.kubectl("exec", "-n", namespace, pod, "-c", container, "--", "sh", "-c", script).stdout

@@ -254,7 +254,8 @@ def test_deep_json_and_unicode_digits_in_tenant_fields_leave_the_agent_reconcili
     assert res.returncode != 0 and "Invalid value" in res.stderr, res.stderr  # ...by the API server itself
     del manifest["metadata"]["labels"][keys.LABEL_LENDABLE]
     hostile.apply(manifest)
-    # The leader writes this Warning in its cluster pass; allow a loaded node several passes.
+    # The leader writes this Warning while the pod waits unscheduled, its node's agent once the
+    # scheduler has placed it on a free share slot (it knows no pools); a loaded node may take passes.
     hostile.wait("the unknown pool's Warning", lambda: "UnknownPoolResource" in events(hostile, "parser-breaker"), 180)
     pod = hostile.cluster.pod("parser-breaker", TENANT_NS) or {}
     assert pod["status"]["phase"] == "Pending", pod["status"]

@@ -19,9 +19,8 @@ from controller.core.actions import (
 from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShareKey
 from controller.core.pod_facts import PodRef
+from controller.core.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
 from controller.core.share_solver import (
-    REASON_UNKNOWN_POOL,
-    REASON_UNKNOWN_SPEC,
     build_shadow_manifest,
     plan_node_shares,
     plan_shadows,
@@ -285,6 +284,18 @@ def test_device_lists_cover_every_configured_resource_from_running_shadows_here(
     assert lists["gpushare/share-gpu-4"] == tuple(f"gpushare-system/s4-{i}" for i in range(4))
     assert lists["gpushare/share-dev-gpu-2"] == ("gpushare-system/d2-0", "gpushare-system/d2-1")
     assert lists["gpushare/share-gpu-2"] == ()
+
+
+def test_a_sharer_of_an_unserved_pool_bound_here_gets_the_warning_from_its_node() -> None:
+    """The scheduler places it on a free slot before the leader's pass sees it pending (it knows no
+    pools), so only its node can tell it why its pool has no shadow."""
+    stranger = sharer("x", node=NODE, phase="Pending", annotations={keys.ANNOTATION_POOL_RESOURCE: "acme.com/gpu"})
+    served = sharer("ok", node=NODE, phase="Running")
+    done = sharer("old", node=NODE, phase="Succeeded", annotations={keys.ANNOTATION_POOL_RESOURCE: "acme.com/gpu"})
+    elsewhere = sharer("far", node="node-b", phase="Running", annotations={keys.ANNOTATION_POOL_RESOURCE: "a.com/gpu"})
+    events = [a for a in node_plan([shadow("s"), stranger, served, done, elsewhere]) if isinstance(a, RecordEvent)]
+    assert [(e.ref.name, e.reason, e.type) for e in events] == [("x", REASON_UNKNOWN_POOL, "Warning")]
+    assert "'acme.com/gpu'" in events[0].message
 
 
 HELD = [row("default/a", "app", "gpushare/share-gpu-4", "gpushare-system/s-0")]
