@@ -14,7 +14,12 @@ node whose pods changed:
   result is the node's PodResources rows;
 - **records**: from those rows ``MappingCache`` and ``plan_node_shares`` derive the users
   record on each shadow and the owner record on each sharer, which the ``Applier`` writes
-  as the agent does; a sharer whose shadow is gone is evicted the same way.
+  as the agent does; a sharer whose shadow is gone is evicted the same way;
+- **draining**: the node pass is the agent's own (``controller.node_pass.plan_node``), so a
+  draining shadow's slots stay advertised for the settle time after the lower count is
+  published, and are withdrawn only when a fresh LIST of the node's pods shows no sharer
+  waiting for them, as on a real node. A simulated node has no kubelet writing its count
+  back, so nothing else holds a withdrawal.
 
 It reads pods with the product's ``PodCache`` (one list+watch over every pod) in a thread
 of the test process.
@@ -35,9 +40,10 @@ from controller.applier import Applier
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot
 from controller.core.pod_facts import PodRef
-from controller.core.share_solver import plan_node_shares
+from controller.core.shadow_drain import is_drained, is_draining
 from controller.io.kube_client import KubeClient
 from controller.io.pod_cache import PodCache
+from controller.node_pass import PassParts, plan_node
 from deviceplugins.policies import prefer_share
 from gpushare import keys
 from gpushare.config import Config
@@ -61,6 +67,7 @@ class NodeStatusPlugins:
         self.node = node
         self._core = core
         self.devices: dict[str, tuple[str, ...]] = {}
+        self.published: dict[str, int] = {}  # the count the node's status shows, as this side wrote it
         self.patches = 0
 
     def set_devices(self, resource: str, devices: Iterable[Any]) -> None:
@@ -69,12 +76,26 @@ class NodeStatusPlugins:
         self.devices[resource] = ids
         if not ids and not before:
             return  # no capacity and none published: the scheduler reads absent as 0
-        count = str(len(ids))
-        body = {"status": {"capacity": {resource: count}, "allocatable": {resource: count}}}
+        self._write(resource, len(ids))
+
+    def publish(self, resource: str, count: int) -> bool:
+        """The agent's lowering of a draining shadow's count; like the agent's, it never raises one.
+
+        A real node's kubelet would write the full count back at its next status; this node
+        side writes a count only when the list changes, so the lowering stays until then.
+        """
+        if self.published.get(resource, 0) <= count:
+            return False
+        self._write(resource, count)
+        return True
+
+    def _write(self, resource: str, count: int) -> None:
+        body = {"status": {"capacity": {resource: str(count)}, "allocatable": {resource: str(count)}}}
         if self._core is not None:
             self._core.patch_node_status(self.node, body, _request_timeout=30)
         else:
             self.cluster.request("PATCH", f"/api/v1/nodes/{self.node}/status", body, "application/merge-patch+json")
+        self.published[resource] = count
         self.patches += 1
 
     def set_spot_health(self, real_id: str, healthy: bool) -> None:
@@ -102,6 +123,11 @@ class CountingWriter:
         with self._lock:
             self.requests += 1
 
+    def list_node_pods(self, node: str) -> list[dict[str, Any]]:
+        """The fresh LIST a node agent takes before it withdraws a draining shadow's slots."""
+        self._count()
+        return self._client.list_pods(field_selector=f"spec.nodeName={node}")[0]
+
     def create_pod(self, manifest: Mapping[str, Any]) -> bool:
         self._count()
         return self._client.create_pod(manifest)
@@ -126,10 +152,6 @@ class CountingWriter:
         self._count()
         self._client.record_node_event(node, reason, message, type_=type_)
 
-    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
-        self._count()
-        return self._client.lower_node_allocatable(node, resource, count)
-
 
 def _share_requests(pod: Mapping[str, Any]) -> list[tuple[str, str, int]]:
     """(container, share resource, count) for each share resource a container asks for."""
@@ -152,6 +174,7 @@ class _Node:
     # pod uid -> the rows kubelet would report for it
     allocated: dict[str, list[PodResourcesEntry]] = dataclasses.field(default_factory=dict)
     seen: frozenset[tuple[str, str]] = frozenset()  # (uid, resourceVersion) of its pods at the last pass
+    timers: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # the agent's state file
 
 
 class SimulatedNodeAgents:
@@ -194,10 +217,14 @@ class SimulatedNodeAgents:
 
     def _new_node(self, name: str) -> _Node:
         plugins = NodeStatusPlugins(self.cluster, name, self._core)
-        # A simulated node has no Node watch: its count is lowered after a GET, with the admin's credentials.
-        lower = functools.partial(self.writer.lower_node_allocatable, name)
+        # The node side writes the node's status itself, so it lowers a count without reading it.
         applier = Applier(
-            client=self.writer, plugins=plugins, spot=None, is_leader=lambda: False, node_name=name, capacity=lower
+            client=self.writer,
+            plugins=plugins,
+            spot=None,
+            is_leader=lambda: False,
+            node_name=name,
+            capacity=plugins.publish,
         )
         return _Node(dataclasses.replace(self.cfg, node_name=name), plugins, applier)
 
@@ -218,7 +245,12 @@ class SimulatedNodeAgents:
             self._api.close()
 
     def capacity(self, node: str) -> dict[str, tuple[str, ...]]:
+        """The slots the node's share plugins list (what kubelet would admit sharers on)."""
         return dict(self._nodes[node].plugins.devices)
+
+    def capacity_published(self, node: str) -> dict[str, int]:
+        """The counts the node's status shows (what the scheduler places sharers by)."""
+        return dict(self._nodes[node].plugins.published)
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -260,10 +292,24 @@ class SimulatedNodeAgents:
         snap = build_snapshot(pods, state.cfg, pod_resources=entries, shadow_list_fresh=fresh, deleted_shadows=deleted)
         mapping = MappingCache.rebuild(snap.pod_resources, snap.pods, state.cfg.real_resources)
         pushed = state.plugins.patches
-        for action in plan_node_shares(snap, mapping, state.cfg):
+        parts = PassParts()
+        node = plan_node(
+            state.cfg,
+            snap,
+            mapping,
+            now,
+            parts=parts,
+            spot=None,
+            load=lambda kind: dict(state.timers.get(kind, {})),
+            save=lambda kind, timers: state.timers.__setitem__(kind, dict(timers)),
+            list_node_pods=functools.partial(self.writer.list_node_pods, state.cfg.node_name),
+        )
+        for action in node.actions:
             state.applier.apply(action, now)
-        if state.plugins.patches != pushed:
-            # A new list can admit sharers that were waiting for it: allocate again next pass.
+        settling = any(is_draining(s) and not is_drained(s) for s in snap.shadows_on(state.cfg.node_name))
+        if state.plugins.patches != pushed or settling:
+            # A new list can admit sharers that were waiting for it, and a settle time ends with
+            # no pod event to mark it: pass this node again next time.
             state.seen = frozenset()
             self._wake.set()
 

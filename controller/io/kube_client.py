@@ -341,9 +341,6 @@ class KubeClient:
     def patch_node_status(self, node: str, status: Mapping[str, Any]) -> None:
         node_status.patch_status(self._call, node, status)
 
-    def lower_node_allocatable(self, node: str, resource: str, count: int) -> bool:
-        return node_status.lower_allocatable(self._call, node, resource, count)
-
     # -- leases -----------------------------------------------------------------------------------------------
 
     @staticmethod

@@ -49,20 +49,4 @@ def patch_status(call: Call, node: str, status: Mapping[str, Any]) -> None:
     call("PATCH", path, body={"status": dict(status)}, content_type="application/merge-patch+json")
 
 
-def lower_allocatable(
-    call: Call, node: str, resource: str, count: int, *, current: Mapping[str, Any] | None = None
-) -> bool:
-    """Lower ``resource`` in the node's capacity and allocatable to ``count``; True if it wrote.
-
-    ``current``: the Node as a watch last showed it; without it the Node is read first (a GET).
-    """
-    if current is None:
-        _, current = call("GET", f"/api/v1/nodes/{quote(node, safe='')}")
-    lower, _ = lower_fields(current or {}, {resource: count})
-    if not lower:
-        return False
-    patch_status(call, node, lower)
-    return True
-
-
-__all__ = ["Call", "lower_allocatable", "lower_fields", "patch_status"]
+__all__ = ["Call", "lower_fields", "patch_status"]

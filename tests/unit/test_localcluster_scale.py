@@ -69,9 +69,25 @@ def _sharer(name: str, node: str) -> dict[str, Any]:
     return pod(name, ns="team", node=node, phase="Running", limits={SHARE4: "1"})
 
 
-def _agents(pods: list[dict[str, Any]]) -> tuple[SimulatedNodeAgents, FakeCluster, FakeClient]:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _agents(
+    pods: list[dict[str, Any]], clock: Clock | None = None
+) -> tuple[SimulatedNodeAgents, FakeCluster, FakeClient]:
     cluster, client = FakeCluster(), FakeClient(pods)
-    agents = SimulatedNodeAgents(cluster, CFG, ["sim-0000"], client=client)  # type: ignore[arg-type]
+    agents = SimulatedNodeAgents(
+        cluster,  # type: ignore[arg-type]
+        CFG,
+        ["sim-0000"],
+        client=client,  # type: ignore[arg-type]
+        clock=clock or Clock(),
+    )
     agents._cache.relist()
     return agents, cluster, client
 
@@ -108,6 +124,45 @@ def test_a_sharer_bound_where_every_slot_is_taken_is_refused_as_kubelet_would() 
     _bind(agents, *(_sharer(f"s{i}", "sim-0000") for i in range(5)))
     agents.pass_once()
     assert len(agents.refused) == 1
+
+
+def test_a_draining_shadow_keeps_its_slots_for_the_settle_time_and_while_a_fresh_list_shows_a_sharer_waiting() -> None:
+    """The simulated node drains as an agent does: a sharer the scheduler placed on the old count
+    just before the lower one was published still finds its slot."""
+    clock = Clock()
+    name = "shadow-share-4-aaaa-0"
+    draining = shadow(name, node="sim-0000", phase="Running", annotations={keys.ANNOTATION_SHADOW_DRAINING: "1.000"})
+    agents, cluster, client = _agents([draining], clock)
+    agents.pass_once()
+    assert len(agents.capacity("sim-0000")[SHARE4]) == 4  # still listed
+    lowered = [body["status"] for _, body in cluster.patches if SHARE4 in body["status"].get("allocatable", {})]
+    assert lowered[-1] == {"capacity": {SHARE4: "0"}, "allocatable": {SHARE4: "0"}}
+    ((_, noted),) = [(k, a) for k, a in client.annotations if k == f"gpushare-system/{name}"]
+    assert noted[keys.ANNOTATION_SHADOW_DRAINED] == f"1.000 published {clock.now:.3f}"
+
+    # The node's agent noted the publish; the shadow now carries it. A late sharer is bound and
+    # listed, but not yet on the node side's watch: only the fresh LIST shows it.
+    published = shadow(
+        name,
+        node="sim-0000",
+        phase="Running",
+        rv="2",
+        annotations={
+            keys.ANNOTATION_SHADOW_DRAINING: "1.000",
+            keys.ANNOTATION_SHADOW_DRAINED: noted[keys.ANNOTATION_SHADOW_DRAINED],
+        },
+    )
+    _bind(agents, published)
+    late = pod("late", ns="team", node="sim-0000", phase="Pending", limits={SHARE4: "1"})
+    client.pods = [published, late]
+    clock.now += 6.0  # past the settle time
+    agents.pass_once()
+    assert len(agents.capacity("sim-0000")[SHARE4]) == 4, "withdrawn while a sharer waited"
+    assert agents.capacity_published("sim-0000")[SHARE4] == 0, "the lower count was raised again"
+    client.pods = [published]
+    agents.pass_once()  # nothing changed on the watch: the pass comes round anyway while it drains
+    assert agents.capacity("sim-0000")[SHARE4] == ()
+    assert client.annotations[-1] == (f"gpushare-system/{name}", {keys.ANNOTATION_SHADOW_DRAINED: "1.000"})
 
 
 def _settled(name: str, node: str, shadow_key: str) -> dict[str, Any]:

@@ -67,7 +67,6 @@ NOT_CALLED_BY_THE_AGENT = {
     "close": "no request",
     "from_kubeconfig": "no request (loading credentials)",
     "list_events": "only `kubectl gpushare why` reads Events, with the user's own kubeconfig",
-    "lower_node_allocatable": "a GET, then a PATCH: localcluster's simulated nodes, with the admin's credentials",
 }
 # Modules that run with the user's kubeconfig (a kubectl plugin), never the agent's token.
 USER_CREDENTIALS = {"controller/commands/kubectl_plugin.py"}
