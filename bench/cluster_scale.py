@@ -29,6 +29,7 @@ import argparse
 import concurrent.futures
 import itertools
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -220,7 +221,13 @@ def parse_nodes(text: str) -> list[int]:
     return sizes
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM as Ctrl-C: the cluster, kwok and the agents are torn down by the ``finally`` blocks."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--nodes", type=parse_nodes, default=list(DEFAULT_NODES), help="sizes, e.g. 100,300,1000")
     ap.add_argument("--idle", type=float, default=15.0, help="shadowIdleTimeout in seconds (default 15)")
@@ -228,23 +235,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     rows: list[Row] = []
-    with running_cluster() as cluster:
-        world = ScaleWorld(cluster, Path(tempfile.mkdtemp(prefix="gs-scale-")), idle_s=args.idle)
-        try:
-            world.start(args.nodes[0])
-            for nodes in args.nodes:
-                if nodes != len(world.nodes):
-                    world.grow(nodes)
-                row = run_size(world, nodes, args.timeout)
-                rows.append(row)
-                print(render([row], args.idle), flush=True)
-        finally:
-            world.close()
+    interrupted = False
+    try:
+        with running_cluster() as cluster:
+            world = ScaleWorld(cluster, Path(tempfile.mkdtemp(prefix="gs-scale-")), idle_s=args.idle)
+            try:
+                world.start(args.nodes[0])
+                for nodes in args.nodes:
+                    if nodes != len(world.nodes):
+                        world.grow(nodes)
+                    row = run_size(world, nodes, args.timeout)
+                    rows.append(row)
+                    print(render([row], args.idle), flush=True)
+            finally:
+                world.close()
+    except KeyboardInterrupt as exc:
+        interrupted = True
+        print(f"stopped ({exc or 'SIGINT'}); the cluster is down; the sizes finished:", flush=True)
     print(render(rows, args.idle))
     print(f"logs (agent, kwok): {world.side}")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
-    return 1 if any(r.problems for r in rows) else 0
+    return 1 if interrupted or any(r.problems for r in rows) else 0
 
 
 if __name__ == "__main__":
