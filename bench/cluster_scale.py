@@ -45,10 +45,12 @@ from localcluster.bringup import running_cluster
 from localcluster.scale import (
     SHARE_N,
     ScaleWorld,
+    SchedulerCounts,
     agent_requests,
     check_sharers,
     plain,
     process_usage,
+    scheduler_counts,
     sharer,
 )
 
@@ -82,6 +84,9 @@ class Row:
     leader_passes: int
     node_requests: int
     problems: tuple[str, ...]
+    # The scheduler's own counts over each phase (its /metrics): attempts, API calls, QPS wait.
+    plain_scheduler: SchedulerCounts
+    sharer_scheduler: SchedulerCounts
 
     @property
     def ratio(self) -> float:
@@ -120,13 +125,17 @@ def _create_and_bind(world: ScaleWorld, manifests: list[dict[str, Any]], timeout
 
 def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
     n_plain, n_sharers = PLAIN_PER_NODE * nodes, SHARERS_PER_NODE * nodes
+    sched0 = scheduler_counts(world.cluster)
     plain_wall, plain_each = _create_and_bind(world, [plain(f"plain-{i}") for i in range(n_plain)], timeout_s)
+    sched1 = scheduler_counts(world.cluster)
     world.delete_all(timeout_s)
 
     requests0, usage0 = agent_requests(world.cluster), process_usage(world.agent.pid)
     passes0 = int(world.agent.status()["passes"])
     node0 = world.node_side.writer.requests if world.node_side is not None else 0
+    sched2 = scheduler_counts(world.cluster)
     sharer_wall, sharer_each = _create_and_bind(world, [sharer(f"sharer-{i}") for i in range(n_sharers)], timeout_s)
+    sched3 = scheduler_counts(world.cluster)
     records_s = world.wait("every sharer recorded", lambda: world.records_written(n_sharers), timeout_s)
     requests1, usage1 = agent_requests(world.cluster), process_usage(world.agent.pid)
     passes1 = int(world.agent.status()["passes"])
@@ -159,6 +168,8 @@ def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
         leader_passes=passes1 - passes0,
         node_requests=node1 - node0,
         problems=tuple(problems),
+        plain_scheduler=sched1 - sched0,
+        sharer_scheduler=sched3 - sched2,
     )
 
 
@@ -207,6 +218,13 @@ def render(rows: Sequence[Row], idle_s: float) -> str:
         )
         verdicts.append(f"leader passes while the sharers were placed {r.leader_passes} (events coalesce)")
         lines.append(f"{r.nodes} nodes: " + "; ".join(verdicts))
+        for what, pods, c in (("plain", r.plain, r.plain_scheduler), ("sharers", r.sharers, r.sharer_scheduler)):
+            lines.append(
+                f"  scheduler, {what}: {c.scheduled:.0f} scheduled, {c.unschedulable:.0f} unschedulable, "
+                f"{c.errors:.0f} error attempts ({(c.scheduled + c.unschedulable + c.errors) / pods:.2f} per pod); "
+                f"{c.requests:.0f} API requests ({c.requests / pods:.2f} per pod), {c.throttled_s:.1f} s waiting "
+                "for its client's QPS"
+            )
         lines += [f"  PROBLEM: {p}" for p in r.problems[:20]]
     return "\n".join(lines)
 

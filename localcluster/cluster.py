@@ -188,7 +188,7 @@ class Cluster:
         self.timings["containerd"] = time.monotonic() - t0
         self._prepare_kubelet_host()
         self._spawn("kube-controller-manager", controller_manager_args(self.binaries, lay))
-        self._spawn("kube-scheduler", scheduler_args(self.binaries, lay))
+        self._spawn("kube-scheduler", scheduler_args(self.binaries, lay, self.ports))
         self.start_kubelet(wait=False)
         self._wait("kube-apiserver ready", self._apiserver_ready, deadline)
         self.timings["apiserver"] = time.monotonic() - t0

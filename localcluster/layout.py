@@ -53,6 +53,7 @@ class Ports:
     apiserver: int
     kubelet: int
     kubelet_healthz: int
+    scheduler: int = 0  # its /metrics (HTTPS, self-signed, no credentials); 0 in a state file from before it
 
 
 @dataclasses.dataclass(frozen=True)

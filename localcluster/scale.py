@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import http.client
 import json
 import os
 import re
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.pod_facts import PodRef
 from controller.io.kube_client import KubeClient
@@ -129,6 +132,60 @@ def agent_requests(cluster: Cluster) -> int:
         if f'flow_schema="{FLOW_SCHEMA}"' in labels:
             total += float(value)
     return int(total)
+
+
+@dataclass(frozen=True)
+class SchedulerCounts:
+    """What the scheduler's own /metrics says about its work so far (counters; subtract two reads)."""
+
+    scheduled: float  # scheduler_schedule_attempts_total{result="scheduled"}
+    unschedulable: float  # ... result="unschedulable": no node fits (a sharer before its shadow)
+    errors: float  # ... result="error"
+    requests: float  # rest_client_requests_total: its calls to the API server
+    throttled_s: float  # rest_client_rate_limiter_duration_seconds_sum: its client's wait for its QPS
+
+    def __sub__(self, other: SchedulerCounts) -> SchedulerCounts:
+        return SchedulerCounts(
+            self.scheduled - other.scheduled,
+            self.unschedulable - other.unschedulable,
+            self.errors - other.errors,
+            self.requests - other.requests,
+            self.throttled_s - other.throttled_s,
+        )
+
+
+def scheduler_counts(cluster: Cluster) -> SchedulerCounts:
+    """Read the scheduler's /metrics (loopback HTTPS, a self-signed certificate, no credentials)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", cluster.ports.scheduler, context=ctx, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        if resp.status != 200:
+            raise ClusterError(f"scheduler /metrics answered {resp.status}: {text[:200]}")
+    finally:
+        conn.close()
+    attempts: dict[str, float] = {}
+    requests = throttled = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "scheduler_schedule_attempts_total":
+                result = sample.labels.get("result", "")
+                attempts[result] = attempts.get(result, 0.0) + sample.value
+            elif sample.name == "rest_client_requests_total":
+                requests += sample.value
+            elif sample.name == "rest_client_rate_limiter_duration_seconds_sum":
+                throttled += sample.value
+    return SchedulerCounts(
+        attempts.get("scheduled", 0.0),
+        attempts.get("unschedulable", 0.0),
+        attempts.get("error", 0.0),
+        requests,
+        throttled,
+    )
 
 
 def sharer(name: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from localcluster.paths import cache_dir
 from localcluster.pki import CLIENT_CERTS, make_pki
 
 LAYOUT = Layout(Path("/tmp/gs-kABC"))
-PORTS = Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, kubelet=10250, kubelet_healthz=10248)
+PORTS = Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, kubelet=10250, kubelet_healthz=10248, scheduler=10259)
 BINS = Binaries(*(Path(f"/cache/{n}") for n in ("apiserver", "cm", "sched", "kubelet", "kubectl", "etcd")))
 
 
@@ -47,7 +47,7 @@ def test_every_listener_is_on_loopback() -> None:
         *etcd_args(BINS, LAYOUT, PORTS),
         *apiserver_args(BINS, LAYOUT, PORTS),
         *controller_manager_args(BINS, LAYOUT),
-        *scheduler_args(BINS, LAYOUT),
+        *scheduler_args(BINS, LAYOUT, PORTS),
     ]
     addresses = [a.split("=", 1)[1] for a in argv if re.match(r"--[a-z-]*(address|urls|servers)=", a)]
     assert addresses, "no listener flags found"
@@ -56,7 +56,10 @@ def test_every_listener_is_on_loopback() -> None:
             host = re.sub(r"^(gpushare=)?https?://", "", item).split(":")[0]
             assert host == "127.0.0.1", f"{item} is not loopback"
     assert "--secure-port=0" in controller_manager_args(BINS, LAYOUT)
-    assert "--secure-port=0" in scheduler_args(BINS, LAYOUT)
+    # The scheduler serves its /metrics (loopback, bound above) and nothing else without credentials.
+    sched = scheduler_args(BINS, LAYOUT, PORTS)
+    assert "--secure-port=10259" in sched
+    assert "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics" in sched
 
 
 def test_kubelet_sees_the_private_device_plugin_dir_at_the_system_path() -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from bench.cluster_scale import Row, parse_nodes, render
+from localcluster.scale import SchedulerCounts
 
 
 def row(nodes: int, **kw: object) -> Row:
@@ -18,6 +19,8 @@ def row(nodes: int, **kw: object) -> Row:
         leader_peak_rss_mib=80.0, requests=nodes * 4, gc_s=20.0, gc_requests=nodes, refused=0, leader_passes=50,
         node_requests=nodes * 16,
         problems=(),
+        plain_scheduler=SchedulerCounts(2 * nodes, 0, 0, 4 * nodes, 0.0),
+        sharer_scheduler=SchedulerCounts(10 * nodes, 8 * nodes, 0, 30 * nodes, 12.5),
     )  # fmt: skip
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
@@ -33,6 +36,9 @@ def test_the_table_has_a_row_per_size_the_growth_and_each_goal() -> None:
     assert "growth per step 100 -> 300" in out and "leader CPU s          4.0x" in out
     assert "100 nodes: ratio 1.50 <= 1.5; RSS 80 MiB <= 300; requests/sharer 0.50 <= 3" in out
     assert "the node agents' requests per sharer 2.00 (all agents together: 2.50)" in out
+    assert "scheduler, plain: 200 scheduled, 0 unschedulable, 0 error attempts (1.00 per pod)" in out
+    assert "scheduler, sharers: 1000 scheduled, 800 unschedulable, 0 error attempts (2.25 per pod); " in out
+    assert "3000 API requests (3.75 per pod), 12.5 s waiting for its client's QPS" in out
     bad = render([row(100, sharer_s_per_pod=0.04, problems=("shadow x has 5 sharers, over its 4",))], idle_s=15)
     assert "ratio 2.00 > 1.5" in bad and "PROBLEM: shadow x has 5 sharers" in bad
 
