@@ -55,7 +55,8 @@ PODS = "/api/v1/namespaces/default/pods"
 @dataclass
 class RaceResult:
     cycles: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the run's, or so far in a progress line
+    started: float = field(default_factory=time.monotonic)
     failures: list[tuple[str, str, str]] = field(default_factory=list)  # pod, reason, message
     stuck: list[str] = field(default_factory=list)  # neither Running nor Failed in time
 
@@ -122,6 +123,7 @@ def _worker(
             elif phase != "Running":
                 out.stuck.append(f"{name}: {phase}")
             if out.cycles % PROGRESS_EVERY == 0:
+                out.seconds = time.monotonic() - out.started
                 print(f"progress: {json.dumps(out.summary())}", flush=True)
         _delete(c, name)
         time.sleep(rng.uniform(0.0, pause_s))
@@ -151,7 +153,7 @@ def run_cycles(
         except BaseException as exc:  # reported after the join: one broken worker fails the run
             errors.append(exc)
 
-    started = time.monotonic()
+    out.started = started = time.monotonic()
     threads = [threading.Thread(target=run, args=(w,), name=f"race-{w}") for w in range(workers)]
     for t in threads:
         t.start()

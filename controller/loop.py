@@ -313,11 +313,11 @@ class ReconcileLoop:
         self._problems_logged = current  # only the last pass's: the set never grows past one pass
 
     def _plan_node(self, snap: Snapshot, mapping: MappingCache, now: float, parts: PassParts) -> NodePass:
-        # A withdrawal a write-back holds is due again when the hold ends, not at the next event:
-        # kubelet's next status would write the count back again and start another hold.
-        exposed = self._node_status.exposed_until(now, WRITE_BACK_SETTLE_S)
-        if exposed:
-            self._next_due = min(exposed.values())
+        # A withdrawal waits for the gap after a write-back (controller/core/shadow_drain.py): the
+        # pass is due when the next gap opens, not at whatever event comes after it closed.
+        lowered = self._node_status.lowered_at()
+        if gaps := [at + WRITE_BACK_SETTLE_S for at in lowered.values() if at + WRITE_BACK_SETTLE_S > now]:
+            self._next_due = min(gaps)
         node = plan_node(
             self.cfg,
             snap,
@@ -328,7 +328,7 @@ class ReconcileLoop:
             load=self._load,
             save=self._save,
             list_node_pods=lambda: self._client.list_pods(field_selector=f"spec.nodeName={self.cfg.node_name}")[0],
-            recently_exposed=lambda: frozenset(exposed),
+            write_backs=lambda: lowered,
         )
         if self._spot is not None and node.spot_plan is not None:
             # Before any action: a detect applied below may be answered by a notice at once.

@@ -22,7 +22,13 @@ from controller.core.actions import Action, SetSpotHealth
 from controller.core.holdings import bind_holdings, decode_bindings, encode_bindings
 from controller.core.mapping import MappingCache
 from controller.core.model import Snapshot, build_snapshot
-from controller.core.shadow_drain import hold_withdrawals, sharers_waiting, withdrawn_now, write_backs_may_hold
+from controller.core.shadow_drain import (
+    hold_withdrawals,
+    in_write_back_gap,
+    sharers_waiting,
+    withdrawn_now,
+    write_backs_may_hold,
+)
 from controller.core.share_solver import plan_node_shares
 from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
 from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
@@ -78,22 +84,27 @@ def plan_node(
     load: LoadTimers,
     save: SaveTimers,
     list_node_pods: ListNodePods | None = None,
-    recently_exposed: Callable[[], frozenset[str]] | None = None,
+    write_backs: Callable[[], Mapping[str, float]] | None = None,
 ) -> NodePass:
     """Spot's plan (when spot is wired in), then the share plugins'; each part fails on its own.
 
     ``list_node_pods``: confirms withdrawals (``confirm_withdrawals``); None trusts the snapshot.
-    ``recently_exposed``: the share resources whose full count the Node showed (kubelet wrote it
-    back) less than ``WRITE_BACK_SETTLE_S`` ago; their withdrawals wait, for at most
+    ``write_backs``: share resource -> when the agent last lowered its count on the Node (kubelet
+    wrote it back); a withdrawal waits for the gap after one (``in_write_back_gap``), for at most
     ``WRITE_BACK_HOLD_MAX_S`` after each drain's publish (``write_backs_may_hold``).
     """
     nothing: tuple[Action, ...] = ()
 
     def shares_plan() -> tuple[Action, ...]:
         actions = plan_shares(cfg, snap, mapping, now, load=load, save=save)
-        if withdrawn_now(actions) and recently_exposed is not None and (exposed := recently_exposed()):
+        if withdrawn_now(actions) and write_backs is not None:
+            lowered = write_backs()
             holdable = [s for s in snap.shadows_on(snap.node_name) if write_backs_may_hold(s, now)]
-            actions = tuple(hold_withdrawals(actions, holdable, exposed))
+            outside = frozenset(
+                s.key.resource for s in holdable if not in_write_back_gap(lowered.get(s.key.resource), now)
+            )
+            if outside:
+                actions = tuple(hold_withdrawals(actions, holdable, outside))
         if list_node_pods is None or not withdrawn_now(actions):
             return actions
         return confirm_withdrawals(cfg, snap, mapping, actions, list_node_pods)

@@ -49,14 +49,17 @@ from gpushare.ids import virtual_ids_of
 # count: a sharer the scheduler placed on the old count before the lower one reached its cache
 # is bound, and seen on the node's watch, within this even on a machine under heavy load.
 DRAIN_SETTLE_S = 5.0
-# How long a withdrawal waits after the Node last showed the full count again (kubelet's node
-# status wrote it back and the agent lowered it at once): a sharer the scheduler placed on it
-# in those few milliseconds is bound, and in the fresh LIST, well within this. It must stay
-# below kubelet's ``nodeStatusUpdateFrequency`` (10 s by default, 4 s in the test clusters):
-# every status writes the count back, and a longer wait would find no gap between two.
+# When a withdrawal may happen, by the last time the agent lowered a count kubelet had written
+# back: only from WRITE_BACK_SETTLE_S to WRITE_BACK_SETTLE_S + WITHDRAW_WINDOW_S after it.
+# Before: a sharer the scheduler placed in the milliseconds the full count showed is bound,
+# and in the fresh LIST, well within 2 s. After: kubelet's next node status (every
+# ``nodeStatusUpdateFrequency``, 10 s by default, 4 s in the test clusters) may be computed
+# from the device list before the withdrawal reaches it and land just after, showing the
+# full count with the devices already gone; in the middle of the gap it cannot.
 WRITE_BACK_SETTLE_S = 2.0
-# Write-backs hold one drain at most this long after its publish, whatever kubelet's period:
-# past it, the fresh LIST of the node's pods alone guards the withdrawal.
+WITHDRAW_WINDOW_S = 1.0
+# Write-backs govern one drain at most this long after its publish, whatever kubelet does
+# (a status period under 3 s, or none seen): past it, the fresh LIST alone guards.
 WRITE_BACK_HOLD_MAX_S = 30.0
 _PUBLISHED = " published "
 
@@ -161,12 +164,17 @@ def plan_node_offer(
     return [*out, *answers]
 
 
+def in_write_back_gap(lowered_at: float | None, now: float) -> bool:
+    """``now`` is in the window after the agent last lowered a written-back count (``lowered_at``)."""
+    return lowered_at is not None and WRITE_BACK_SETTLE_S <= now - lowered_at < WRITE_BACK_SETTLE_S + WITHDRAW_WINDOW_S
+
+
 def write_backs_may_hold(shadow: ShadowPod, now: float) -> bool:
-    """A write-back of the full count may still hold this draining shadow's withdrawal.
+    """Write-backs of the full count may still govern this draining shadow's withdrawal.
 
     Only for ``WRITE_BACK_HOLD_MAX_S`` after the node published the lower count for this mark,
-    so that a kubelet whose status period is shorter than ``WRITE_BACK_SETTLE_S`` cannot keep
-    an idle shadow forever.
+    so that a kubelet that writes back too often for the gap (or not at all) cannot keep an
+    idle shadow forever.
     """
     token = drain_token(shadow)
     published = None if token is None else _published_at(shadow, token)
@@ -246,11 +254,13 @@ def _published_at(shadow: ShadowPod, token: str) -> float | None:
 
 __all__ = [
     "DRAIN_SETTLE_S",
+    "WITHDRAW_WINDOW_S",
     "WRITE_BACK_HOLD_MAX_S",
     "WRITE_BACK_SETTLE_S",
     "DrainPlan",
     "drain_token",
     "hold_withdrawals",
+    "in_write_back_gap",
     "is_drained",
     "is_draining",
     "plan_draining",

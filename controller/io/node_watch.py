@@ -63,7 +63,7 @@ class NodeWatch(ListWatchLoop):
         # share resource -> when (``clock``) the Node last stopped showing it above the held
         # count, that is when a patch lowering it returned: the scheduler may have placed a
         # sharer on the higher count until then.
-        self._exposed: dict[str, float] = {}
+        self._lowered: dict[str, float] = {}
         self._synced = False
         self._resource_version = ""
         self._listed_at = float("-inf")
@@ -81,10 +81,10 @@ class NodeWatch(ListWatchLoop):
         with self._lock:
             return dict(self._held)
 
-    def exposed_until(self, now: float, window_s: float) -> dict[str, float]:
-        """Held resource -> when its hold (``window_s`` from the Node last showing it higher) ends, if after ``now``."""
+    def lowered_at(self) -> dict[str, float]:
+        """Held resource -> when (``clock``) a patch of this watch last lowered its count on the Node."""
         with self._lock:
-            return {r: at + window_s for r, at in self._exposed.items() if r in self._held and now - at < window_s}
+            return {r: at for r, at in self._lowered.items() if r in self._held}
 
     def lower(self, resource: str, count: int) -> bool:
         """Lower ``resource`` on the Node to ``count`` if the watch shows it higher; True if it wrote."""
@@ -155,7 +155,7 @@ class NodeWatch(ListWatchLoop):
             shown = {resource for field in lower.values() for resource in field}
             at = self._clock()
             with self._lock:
-                self._exposed.update(dict.fromkeys(shown, at))
+                self._lowered.update(dict.fromkeys(shown, at))
         return True
 
     def _log_problems(self, problems: list[str]) -> None:

@@ -333,7 +333,9 @@ def test_events_during_a_pass_ask_for_exactly_one_more_and_nothing_sleeps_in_bet
 
 
 def test_a_withdrawal_waits_for_a_sharer_only_a_fresh_list_shows_and_the_node_watch_holds_the_count() -> None:
-    marks = {keys.ANNOTATION_SHADOW_DRAINING: "900.000", keys.ANNOTATION_SHADOW_DRAINED: "900.000 published 990.000"}
+    # Published 40 s ago: past the time kubelet's write-backs govern a withdrawal (test_node_pass
+    # has those), so only the fresh LIST decides here.
+    marks = {keys.ANNOTATION_SHADOW_DRAINING: "900.000", keys.ANNOTATION_SHADOW_DRAINED: "900.000 published 960.000"}
     settled = shadow("s", node="n1", phase="Running", annotations=marks)
     loop, client, plugins = make_loop([settled], leader=False)
     # Bound after the watch's copy was taken: only a LIST made now shows it.

@@ -11,7 +11,12 @@ import pytest
 from controller.core.actions import Action, AnnotatePod, PublishCapacity, SetDevices
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry
-from controller.core.shadow_drain import DRAIN_SETTLE_S, WRITE_BACK_HOLD_MAX_S
+from controller.core.shadow_drain import (
+    DRAIN_SETTLE_S,
+    WITHDRAW_WINDOW_S,
+    WRITE_BACK_HOLD_MAX_S,
+    WRITE_BACK_SETTLE_S,
+)
 from controller.errors import ApiUnavailable
 from controller.node_pass import PassParts, plan_node
 from gpushare import keys
@@ -46,7 +51,7 @@ def shares(
     cached: list[dict[str, Any]],
     lister: Lister,
     rows: Sequence[PodResourcesEntry] = (),
-    exposed: frozenset[str] = frozenset(),
+    lowered: Mapping[str, float] | None = None,
 ) -> list[Action]:
     s = snap(cached, pod_resources=rows)
     mapping = MappingCache.rebuild(s.pod_resources, s.pods, CFG.real_resources)
@@ -61,7 +66,7 @@ def shares(
         load=lambda _k: {},
         save=lambda *_: None,
         list_node_pods=lister,
-        recently_exposed=lambda: exposed,
+        write_backs=None if lowered is None else (lambda: lowered),
     )
     assert parts.failures == []
     # This spec's list, count and answers only: the other specs' lists and the records are not the point here.
@@ -126,29 +131,32 @@ def test_an_empty_fresh_list_confirms_the_withdrawal() -> None:
     assert withdrawn(shares([draining], Lister([draining])))
 
 
-def test_a_count_kubelet_wrote_back_within_the_settle_time_keeps_the_devices_listed_without_a_list() -> None:
-    """The scheduler may have placed a sharer on the full count while it showed: its binding can
-    reach this node up to the settle time later, and it needs the devices then."""
+def test_a_withdrawal_waits_for_the_gap_after_a_write_back() -> None:
+    """Too soon after the agent lowered a written-back count, a sharer placed on it may not be
+    bound yet; too late, kubelet's next status may show the full count after the devices left.
+    Only in between does the withdrawal go (and only then is the fresh LIST taken)."""
     draining = shadow("s", annotations=SETTLED)
     lister = Lister([draining])
-    assert kept(shares([draining], lister, exposed=frozenset({RESOURCE})))
+    for ago in (0.0, WRITE_BACK_SETTLE_S - 0.1, WRITE_BACK_SETTLE_S + WITHDRAW_WINDOW_S, 9.0):
+        assert kept(shares([draining], lister, lowered={RESOURCE: NOW - ago})), ago
+    assert kept(shares([draining], lister, lowered={}))  # none seen yet: wait for one
     assert lister.calls == 0
-    # Another spec's count shown again changes nothing for this one.
-    assert withdrawn(shares([draining], lister, exposed=frozenset({"gpushare/share-gpu-2"})))
+    assert withdrawn(shares([draining], lister, lowered={RESOURCE: NOW - WRITE_BACK_SETTLE_S}))
+    assert withdrawn(shares([draining], lister, lowered={RESOURCE: NOW - WRITE_BACK_SETTLE_S - 0.9}))
+    # Another spec's write-back says nothing about this one's.
+    assert kept(shares([draining], lister, lowered={"gpushare/share-gpu-2": NOW - WRITE_BACK_SETTLE_S}))
 
 
-def test_write_backs_hold_a_drain_only_so_long_after_its_publish() -> None:
-    """A kubelet whose status period is shorter than the write-back settle time shows the full
-    count again before every hold ends: past the cap the fresh LIST alone decides, so an idle
-    shadow still goes."""
+def test_write_backs_govern_a_drain_only_so_long_after_its_publish() -> None:
+    """A kubelet that writes back too often for the gap, or never, cannot keep an idle shadow:
+    past the cap the fresh LIST alone decides."""
     late = {
         keys.ANNOTATION_SHADOW_DRAINING: TOKEN,
         keys.ANNOTATION_SHADOW_DRAINED: f"{TOKEN} published {NOW - WRITE_BACK_HOLD_MAX_S - 0.1:.3f}",
     }
     draining = shadow("s", annotations=late)
     lister = Lister([draining])
-    assert withdrawn(shares([draining], lister, exposed=frozenset({RESOURCE})))
+    assert withdrawn(shares([draining], lister, lowered={RESOURCE: NOW}))
     assert lister.calls == 1
-    # Just inside the cap the write-back still holds it.
     inside = {**late, keys.ANNOTATION_SHADOW_DRAINED: f"{TOKEN} published {NOW - WRITE_BACK_HOLD_MAX_S + 0.1:.3f}"}
-    assert kept(shares([shadow("s", annotations=inside)], lister, exposed=frozenset({RESOURCE})))
+    assert kept(shares([shadow("s", annotations=inside)], lister, lowered={RESOURCE: NOW}))
