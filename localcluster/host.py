@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import random
 import re
 import signal
 import socket
@@ -35,9 +36,34 @@ def run_command(argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[s
         raise ClusterError(f"{argv[0]} failed ({e.returncode}): {' '.join(argv)}\n{e.stderr.strip()}") from e
 
 
+# Listeners get ports below the kernel's ephemeral range: a port the kernel hands out for
+# bind(0) is also one it hands to outgoing connections, and with a cluster's components
+# opening hundreds of those, a component started a few seconds after its port was picked
+# (the scheduler, after the API server is ready) found it taken ("address already in use").
+_LISTEN_PORTS_FROM = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 right now (the kernel picks it; a race with others is unlikely)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port free on 127.0.0.1 right now, outside the range outgoing connections draw from."""
+    high = _ephemeral_low()
+    candidates = list(range(_LISTEN_PORTS_FROM, high)) if high > _LISTEN_PORTS_FROM else []
+    random.shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room below the range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
