@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from controller.applier import Applier
+from controller.core.actions import PublishCapacity
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot
 from controller.core.pod_facts import PodRef
@@ -88,6 +89,17 @@ class NodeStatusPlugins:
             return False
         self._write(resource, count)
         return True
+
+    def publish_listed(self, held: Iterable[str]) -> None:
+        """Kubelet's own node status: each resource's count is its list's again, except those ``held``.
+
+        A real kubelet writes the list's count back at every status; without this, a count a
+        drain lowered stayed low after the drain was called off (a sharer landed on the shadow),
+        and the scheduler never again offered that shadow's free slots.
+        """
+        for resource, ids in self.devices.items():
+            if resource not in held and resource in self.published and self.published[resource] != len(ids):
+                self._write(resource, len(ids))
 
     def _write(self, resource: str, count: int) -> None:
         body = {"status": {"capacity": {resource: str(count)}, "allocatable": {resource: str(count)}}}
@@ -306,6 +318,8 @@ class SimulatedNodeAgents:
         )
         for action in node.actions:
             state.applier.apply(action, now)
+        # What the pass publishes (a draining shadow's lower count) stays; the rest is kubelet's.
+        state.plugins.publish_listed({a.resource for a in node.actions if isinstance(a, PublishCapacity)})
         settling = any(is_draining(s) and not is_drained(s) for s in snap.shadows_on(state.cfg.node_name))
         if state.plugins.patches != pushed or settling:
             # A new list can admit sharers that were waiting for it, and a settle time ends with

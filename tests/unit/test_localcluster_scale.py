@@ -165,6 +165,21 @@ def test_a_draining_shadow_keeps_its_slots_for_the_settle_time_and_while_a_fresh
     assert client.annotations[-1] == (f"gpushare-system/{name}", {keys.ANNOTATION_SHADOW_DRAINED: "1.000"})
 
 
+def test_a_drain_called_off_gets_its_full_count_back_as_kubelet_would_write_it() -> None:
+    """A sharer lands on a draining shadow, the leader takes the mark off: the slots were never
+    withdrawn, so the list does not change, but the lowered count must go back up."""
+    clock = Clock()
+    name = "shadow-share-4-aaaa-0"
+    draining = shadow(name, node="sim-0000", phase="Running", annotations={keys.ANNOTATION_SHADOW_DRAINING: "1.000"})
+    agents, _, _ = _agents([draining], clock)
+    agents.pass_once()
+    assert agents.capacity_published("sim-0000")[SHARE4] == 0  # the drain's lower count
+    _bind(agents, shadow(name, node="sim-0000", phase="Running", rv="2"))  # the mark taken off
+    agents.pass_once()
+    assert len(agents.capacity("sim-0000")[SHARE4]) == 4
+    assert agents.capacity_published("sim-0000")[SHARE4] == 4
+
+
 def _settled(name: str, node: str, shadow_key: str) -> dict[str, Any]:
     p = _sharer(name, node)
     p["metadata"]["annotations"] = {keys.ANNOTATION_SHADOW_OWNER: json.dumps({shadow_key: "uid"})}
