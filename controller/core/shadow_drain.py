@@ -14,7 +14,8 @@ The removal therefore runs in this order (docs/scale.md, "Shadow removal order")
 2. the node agent publishes the lower count in the node's allocatable itself, notes when
    (``ANNOTATION_SHADOW_DRAINED`` = ``<token> published <its clock>``) and keeps the devices
    listed for ``DRAIN_SETTLE_S`` from then, so a sharer the scheduler placed on the old count
-   is still admitted; it withdraws them only when that has passed and no sharer bound to the
+   is still admitted; it withdraws them only when that has passed, in the gap after kubelet
+   last wrote the full count back (``in_write_back_gap``), and while no sharer bound to the
    node waits for admission, publishes the count again and answers with the bare token;
 3. the leader deletes the shadow (confirmed from fresh LISTs like every deletion).
 

@@ -137,9 +137,9 @@ class NodeWatch(ListWatchLoop):
     def _write(self, doc: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
         """One merge-patch lowering the counts ``doc`` shows higher; a failure is logged, never raised.
 
-        Each resource it lowers is noted as shown higher until now, whether or not the patch
-        went through: a sharer the scheduler placed on the count while it was up needs the
-        devices listed until its binding reaches this node (the pass's write-back settle time).
+        Each resource it lowers is noted with the time the patch returned, whether or not it
+        went through (``lowered_at``): the pass withdraws a draining shadow's devices only in the
+        gap that follows (controller/core/shadow_drain.py, ``in_write_back_gap``).
         """
         lower, problems = lower_fields(doc, counts)
         self._log_problems(problems)
