@@ -86,7 +86,7 @@ class DevicePlugins(Protocol):
 class PodWriter(Protocol):
     """The writes the applier makes through ``KubeClient``."""
 
-    def create_pod(self, manifest: Mapping[str, Any]) -> bool: ...
+    def create_pod(self, manifest: Mapping[str, Any]) -> Mapping[str, Any] | None: ...
     def delete_pod(self, ref: PodRef) -> bool: ...
     def patch_pod_annotations(self, ref: PodRef, annotations: Mapping[str, str | None]) -> bool: ...
     def record_event(
@@ -115,10 +115,14 @@ class Applier:
         store: Callable[[], StateStore | None] = lambda: None,
         node_name: str = "",
         capacity: LowerCapacity | None = None,
+        created: Callable[[Mapping[str, Any]], None] = lambda _pod: None,
     ) -> None:
         self._client = client
         self._node_name = node_name  # the Node that RecordNodeEvent writes on
         self._capacity = capacity  # None: PublishCapacity has nothing to write with
+        # Told each shadow as the API server stored it: the loop's shadow cache holds it before
+        # its watch does (controller/io/pod_cache.py, ``PodCache.assume``).
+        self._created = created
         self._plugins = plugins
         self._spot = spot
         self._is_leader = is_leader
@@ -238,8 +242,11 @@ class Applier:
     def _create_shadow(self, action: CreateShadow) -> bool:
         if not self._is_leader():
             return False
-        if not self._client.create_pod(action.manifest):
+        stored = self._client.create_pod(action.manifest)
+        if stored is None:
             log.info("shadow already exists", extra=kv(shadow=action.name))
+        else:
+            self._created(stored)
         return True
 
     def _is_new_event(self, about: str, reason: str, message: str, now: float) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from controller.core.actions import Action, DeleteShadow
 from controller.core.cluster_view import merge_pods, plan_waiting_events, unschedulable_shadows
 from controller.core.model import Snapshot, SnapshotMemo, build_snapshot
+from controller.core.placing import Placing, Seen
 from controller.core.share_solver import KeyDemand, ShadowPlan, plan_shadows
 from gpushare import keys
 from gpushare.config import Config
@@ -44,6 +45,7 @@ class ClusterPass:
     actions: tuple[Action, ...] = ()
     demand: tuple[KeyDemand, ...] = ()
     empty_since: Mapping[str, float] = field(default_factory=dict)  # timers to store (plan_shadows)
+    placing: Mapping[str, Seen] = field(default_factory=dict)  # pass back next time (controller/core/placing.py)
 
 
 def plan_cluster(
@@ -54,20 +56,22 @@ def plan_cluster(
     now: float,
     *,
     memo: SnapshotMemo | None = None,
+    placing: Placing | None = None,
 ) -> ClusterPass:
     """``cached``: the node's, the pending and the shadow caches' pods; ``timers``: shadow empty-since.
 
-    ``memo``: kept by the caller from pass to pass, so only pods that changed are read again.
+    ``memo``: kept by the caller from pass to pass, so only pods that changed are read again;
+    ``placing``: the previous pass's ``ClusterPass.placing``.
     """
     node_pods, pending_pods, shadow_pods = cached
     raw = merge_pods(node_pods, pending_pods, shadow_pods)
     unschedulable = unschedulable_shadows(shadow_pods)
     cluster = build_snapshot(raw, cfg, memo=memo)
-    plan = plan_shadows(cluster, cfg, now, timers)
+    plan = plan_shadows(cluster, cfg, now, timers, placing)
     if any(isinstance(a, DeleteShadow) for a in plan.actions):
         plan = confirm_deletions(cfg, client, plan, cluster=cluster, cached=raw, now=now, timers=timers)
     actions = (*plan.actions, *plan_waiting_events(cluster, unschedulable))
-    return ClusterPass(True, cluster, unschedulable, actions, plan.demand, plan.empty_since)
+    return ClusterPass(True, cluster, unschedulable, actions, plan.demand, plan.empty_since, plan.placing)
 
 
 def confirm_deletions(
@@ -100,7 +104,7 @@ def confirm_deletions(
     except GpushareError as exc:
         log.warning("cannot confirm idle shadows; not deleting this pass", extra=kv(reason=str(exc)))
         return dataclasses.replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, DeleteShadow)))
-    again = plan_shadows(build_snapshot(merge_pods(cached, *fresh), cfg), cfg, now, timers)
+    again = plan_shadows(build_snapshot(merge_pods(cached, *fresh), cfg), cfg, now, timers, plan.placing)
     confirmed = {a for a in again.actions if isinstance(a, DeleteShadow)}
     for a in plan.actions:
         if isinstance(a, DeleteShadow) and a not in confirmed:

@@ -47,6 +47,7 @@ from controller.cluster_pass import ClusterPass, plan_cluster
 from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
+from controller.core.placing import Placing
 from controller.core.pod_problems import ProblemTracker
 from controller.core.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
 from controller.io.kube_client import KubeClient
@@ -102,12 +103,12 @@ class ReconcileLoop:
         # SQLite objects belong to the thread that opened them: the loop thread opens the store.
         self._state_dir = state_dir
         self._store: StateStore | None = None
-        self._elector = elector
-        # The leader's reads of pods from its last pass: after one pod event, one pod is read again.
+        self._elector, self._spot = elector, spot
+        # The leader's reads of pods from its last pass (after one pod event, one pod is read again),
+        # and the sharers it saw pending (controller/core/placing.py).
         self._cluster_memo = SnapshotMemo()
-        self._spot = spot
-        self.period_s = period_s
-        self._clock = clock
+        self._placing: Placing = {}
+        self.period_s, self._clock = period_s, clock
         self._wake, self._stop = threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
         self._node = PodCache(
@@ -130,11 +131,11 @@ class ReconcileLoop:
             store=lambda: self._store,
             node_name=cfg.node_name,
             capacity=self._node_status.lower,
+            created=self._shadows.assume,
         )
         self._cluster_started = False
         self._carry_fresh = False  # a full LIST not yet used by a node pass (PodResources was down)
-        self._report = TickReport()
-        self._passes = 0
+        self._report, self._passes = TickReport(), 0
         self._problems_logged: set[str] = set()  # kubelet rows the mapping could not read, last pass
         self._pod_problems = ProblemTracker()
         self._mem_timers: dict[str, dict[str, float]] = {}  # timers when no StateStore is given
@@ -342,14 +343,18 @@ class ReconcileLoop:
     def _plan_cluster(self, node_view: CacheView, snap: Snapshot, now: float) -> ClusterPass:
         """Cluster-wide: only while the Lease is ours (the applier asks again before creating or deleting a shadow)."""
         if not (self.is_leader() and self._cluster_started):
+            self._placing = {}  # what a former term saw pending is stale by the next one
             return ClusterPass(is_leader=False, snapshot=snap)
         pending_view, shadow_view = self._pending.view(), self._shadows.view()
         if not (pending_view.is_synced and shadow_view.is_synced):
             return ClusterPass(is_leader=True, snapshot=snap)
         cached = (node_view.pods, pending_view.pods, shadow_view.pods)
         timers = self._load(TIMER_SHADOW_EMPTY)
-        cluster = plan_cluster(self.cfg, self._client, cached, timers, now, memo=self._cluster_memo)
+        cluster = plan_cluster(
+            self.cfg, self._client, cached, timers, now, memo=self._cluster_memo, placing=self._placing
+        )
         self._save(TIMER_SHADOW_EMPTY, cluster.empty_since)
+        self._placing = cluster.placing
         return cluster
 
     def _node_snapshot(self, view: CacheView, entries: list[PodResourcesEntry], fresh: bool) -> Snapshot:

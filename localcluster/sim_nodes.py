@@ -140,7 +140,7 @@ class CountingWriter:
         self._count()
         return self._client.list_pods(field_selector=f"spec.nodeName={node}")[0]
 
-    def create_pod(self, manifest: Mapping[str, Any]) -> bool:
+    def create_pod(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
         self._count()
         return self._client.create_pod(manifest)
 

@@ -34,6 +34,7 @@ from controller.core.actions import (
 from controller.core.holdings import BindingKey, ShadowsByKey, bind_holdings, plan_cascade, shadow_is_gone
 from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
+from controller.core.placing import Placing, Seen, placing_slots, track_placing
 from controller.core.served import configured_specs, is_served, refuse_unserved, refuse_unserved_bound
 from controller.core.shadow_drain import is_draining, plan_draining, plan_node_offer, start_drain
 from gpushare import keys
@@ -59,6 +60,8 @@ class ShadowPlan:
     # Shadow uid -> when it was first seen without sharers; store it (state.py) and pass it back.
     empty_since: Mapping[str, float]
     demand: tuple[KeyDemand, ...] = field(default=())
+    # Sharers pending or on their way to a slot (controller/core/placing.py); pass it back.
+    placing: Mapping[str, Seen] = field(default_factory=dict)
 
 
 def shadow_name(key: ShareKey, ordinal: int) -> str:
@@ -128,6 +131,7 @@ class _Demand:
     pending: dict[ShareKey, list[SharePod]]  # pending sharers per key, in snapshot order
     snapshot: Snapshot
     draining: set[str]  # uids of the alive shadows being taken out of service (shadow_drain.is_draining)
+    recorded: set[str]  # "<ns>/<pod>" of every user named in a shadow's users record
     _ordinals: dict[str, set[int]] | None = None
 
     @classmethod
@@ -173,7 +177,7 @@ class _Demand:
                 pending.setdefault(sharer.key, []).append(sharer)
             elif sharer.holds_slots and sharer.facts.ref.key not in recorded:
                 _count_unrecorded(sharer, by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), ()), used)
-        return cls(used, alive, pending, snapshot, draining)
+        return cls(used, alive, pending, snapshot, draining, recorded)
 
     def taken_ordinals(self, key: ShareKey) -> set[int]:
         """Ordinals in use by any shadow of this key, or still named by a sharer's owner record."""
@@ -201,11 +205,18 @@ def _count_unrecorded(sharer: SharePod, shadows: Iterable[ShadowPod], used: dict
             break
 
 
-def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float]) -> ShadowPlan:
-    """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows."""
+def plan_shadows(
+    snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float], placing: Placing | None = None
+) -> ShadowPlan:
+    """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows.
+
+    ``placing``: the previous plan's ``placing``; a sharer that left the pending view since
+    still takes a slot until its node records it (controller/core/placing.py)."""
     configured = configured_specs(cfg)
     index = _Demand.of(snapshot)
     used = index.used
+    placed = track_placing(placing or {}, snapshot.sharers, index.recorded, now)
+    taken_unseen = placing_slots(placed)
     actions: list[Action] = []
     new_empty: dict[str, float] = {}
     demand: list[KeyDemand] = []
@@ -227,7 +238,7 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         n = key.spec
         # A draining shadow's slots are on their way out (controller/core/shadow_drain.py).
         in_service = [s for s in alive if s.facts.ref.uid not in index.draining]
-        free = sum(max(0, n - used[s.facts.ref.uid]) for s in in_service)
+        free = max(0, sum(max(0, n - used[s.facts.ref.uid]) for s in in_service) - taken_unseen.get(key, 0))
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if served else 0)
         shortage = target - free
@@ -247,7 +258,7 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         actions += [start_drain(s, now) for s in idle]
         deletes = sum(isinstance(a, DeleteShadow) for a in drains.actions)
         demand.append(KeyDemand(key, len(alive), free, asked, create, deletes))
-    return ShadowPlan(tuple(actions), new_empty, tuple(demand))
+    return ShadowPlan(tuple(actions), new_empty, tuple(demand), placed)
 
 
 def _new_shadows(index: _Demand, cfg: Config, key: ShareKey, count: int, reason: str) -> list[Action]:

@@ -212,11 +212,14 @@ class KubeClient:
         if buffer.strip():
             yield _watch_event(buffer, what)
 
-    def create_pod(self, manifest: Mapping[str, Any]) -> bool:
-        """Create; False when a pod of that name already exists (a repeated create is not an error)."""
+    def create_pod(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create: the pod as the API server stored it, or None when a pod of that name already
+        exists (a repeated create is not an error)."""
         ns = manifest["metadata"]["namespace"]
-        status, _ = self._call("POST", self._pods_path(ns), body=dict(manifest), ok=(409,))
-        return status != 409
+        status, doc = self._call("POST", self._pods_path(ns), body=dict(manifest), ok=(409,))
+        if status == 409:
+            return None
+        return doc if isinstance(doc, dict) else {}
 
     def delete_pod(self, ref: PodRef, *, grace_period_s: int | None = None) -> bool:
         """Delete exactly this pod (uid precondition); False if it is gone or the name has a new uid."""

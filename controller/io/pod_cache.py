@@ -22,6 +22,10 @@ from gpushare.log import kv
 
 log = logging.getLogger(__name__)
 
+# How long a pod put in by ``assume`` stands in without a watch event for it: a watch delivers
+# a new pod within a second or two; one that missed it is taken back and the next LIST decides.
+ASSUME_S = 30.0
+
 
 @dataclass(frozen=True)
 class CacheView:
@@ -75,12 +79,14 @@ class PodCache(ListWatchLoop):
         self._synced = False
         self._resource_version = ""
         self._listed_at = float("-inf")
+        self._assumed: dict[str, float] = {}  # pod key -> when ``assume`` put it in, until the watch confirms
 
     def relist(self) -> None:
         items, rv = self._client.list_pods(**self._selectors)
         with self._lock:
             self._pods = {_ref(p).key: p for p in items}
             self._deleted.clear()
+            self._assumed.clear()
             self._fresh = True
             self._synced = True
             self._resource_version = rv
@@ -97,6 +103,7 @@ class PodCache(ListWatchLoop):
             if event.type == "BOOKMARK":
                 return
             ref = _ref(event.obj)
+            self._assumed.pop(ref.key, None)
             if event.type == "DELETED":
                 self._pods.pop(ref.key, None)
                 self._deleted.add(ref)
@@ -113,11 +120,37 @@ class PodCache(ListWatchLoop):
             if stop.is_set():
                 return
 
+    def assume(self, pod: Mapping[str, Any]) -> None:
+        """A pod this agent has just created, as the API server stored it, before the watch reports it.
+
+        The pass after a create would otherwise read a cache that lags its own writes, find the
+        pod missing and create it again (an AlreadyExists per pod, per pass, in a burst). As the
+        scheduler's assumed pods, it stands in until the watch or a LIST speaks for it, and is
+        dropped unconfirmed after ``ASSUME_S``. Ignored when the cache already holds the pod or
+        saw it deleted: the watch is ahead of the create's answer.
+        """
+        ref = _ref(pod)
+        if not (ref.name and ref.uid):
+            return
+        with self._lock:
+            if self._synced and ref.key not in self._pods and ref not in self._deleted:
+                self._pods[ref.key] = pod
+                self._assumed[ref.key] = self._clock()
+
+    def _drop_stale_assumed(self) -> None:
+        """Under the lock. An assumed pod no event confirmed (its watch missed it): the LIST decides."""
+        now = self._clock()
+        for key in [k for k, at in self._assumed.items() if now - at > ASSUME_S]:
+            del self._assumed[key]
+            self._pods.pop(key, None)
+
     def view(self) -> CacheView:
         with self._lock:
+            if self._assumed:
+                self._drop_stale_assumed()
             out = CacheView(tuple(self._pods.values()), self._fresh, frozenset(self._deleted), self._synced)
             self._fresh = False
         return out
 
 
-__all__ = ["CacheView", "PodCache"]
+__all__ = ["ASSUME_S", "CacheView", "PodCache"]

@@ -3,6 +3,7 @@ with a problem naming it, never a crash; the decisions are deterministic and the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -13,6 +14,7 @@ from controller.core.actions import CreateShadow
 from controller.core.cluster_view import plan_waiting_events
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Pool, ShareKey, build_snapshot, encode_owner_annotation
+from controller.core.placing import Seen
 from controller.core.pod_facts import PodRef, parse_pod
 from controller.core.share_solver import plan_node_shares, plan_shadows, shadow_is_gone, shadow_name
 from controller.errors import InvalidObject
@@ -206,7 +208,11 @@ def test_leader_plan_matches_the_straightforward_reference(
     assert not snap.problems
     started = st.sampled_from([0.0, 60.0, 99.0])
     timers = {s.ref.uid: data.draw(started) for s in snap.shadows if data.draw(st.booleans())}
-    assert plan_shadows(snap, cfg, 100.0, timers) == reference.plan_shadows(snap, cfg, 100.0, timers)
+    plan = plan_shadows(snap, cfg, 100.0, timers)
+    # With no sharer seen before, the memory of sharers on their way is just the pending ones
+    # (controller/core/placing.py; its rule is unit-tested in tests/unit/controller/core/test_placing.py).
+    assert plan.placing == {p.ref.key: Seen(p.key, p.quantity) for p in snap.sharers if p.is_pending}
+    assert dataclasses.replace(plan, placing={}) == reference.plan_shadows(snap, cfg, 100.0, timers)
     assert plan_waiting_events(snap, unschedulable) == reference.plan_waiting_events(snap, unschedulable)
 
 

@@ -50,8 +50,9 @@ def tenant_pod(name: str) -> dict[str, Any]:
 def test_shadow_manifest_is_accepted_and_reads_back_as_the_same_shadow(client: KubeClient) -> None:
     name = shadow_name(KEY, 0)
     manifest = build_shadow_manifest(KEY, name, CFG)
-    assert client.create_pod(manifest) is True
-    assert client.create_pod(manifest) is False  # a repeated create meets AlreadyExists, not an error
+    stored = client.create_pod(manifest)
+    assert stored is not None and stored["metadata"]["name"] == name and stored["metadata"]["uid"]
+    assert client.create_pod(manifest) is None  # a repeated create meets AlreadyExists, not an error
     pods, rv = client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}")
     assert rv and [p["metadata"]["name"] for p in pods] == [name]
     snap = build_snapshot(pods, CFG)  # the model reads the API's camelCase JSON as is

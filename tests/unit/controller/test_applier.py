@@ -36,6 +36,12 @@ WEB = PodRef("default", "web", "uid-web")
 KEY = ShareKey(Pool("example.com/gpu"), "share", 4)
 
 
+def stored(manifest: Any) -> dict[str, Any]:
+    """A created pod as the API server answers: the manifest with a uid and a resourceVersion."""
+    meta = {**manifest["metadata"], "uid": f"uid-{manifest['metadata']['name']}", "resourceVersion": "1"}
+    return {**manifest, "metadata": meta}
+
+
 class Peers:
     """The API client and the device plugins, recording every call in one list (to check order)."""
 
@@ -43,9 +49,9 @@ class Peers:
         self.calls: list[tuple[Any, ...]] = []
         self.gone: set[str] = set()  # pods whose delete finds nothing
 
-    def create_pod(self, manifest: Any) -> bool:
+    def create_pod(self, manifest: Any) -> dict[str, Any] | None:
         self.calls.append(("create", manifest["metadata"]["name"]))
-        return True
+        return stored(manifest)
 
     def delete_pod(self, ref: PodRef) -> bool:
         self.calls.append(("delete", ref.key))
@@ -135,7 +141,7 @@ class SlowCreates(Peers):
         self.most_in_flight = 0
         self._full = threading.Barrier(WRITES_IN_FLIGHT)
 
-    def create_pod(self, manifest: Any) -> bool:
+    def create_pod(self, manifest: Any) -> dict[str, Any] | None:
         with self._lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -144,7 +150,7 @@ class SlowCreates(Peers):
         with self._lock:
             self.in_flight -= 1
             self.calls.append(("create", manifest["metadata"]["name"]))
-        return True
+        return stored(manifest)
 
 
 def test_a_run_of_shadow_creations_goes_out_concurrently_and_the_rest_keep_their_order() -> None:
@@ -161,7 +167,7 @@ def test_a_run_of_shadow_creations_goes_out_concurrently_and_the_rest_keep_their
 
 def test_a_failing_create_in_a_concurrent_run_costs_no_other_action() -> None:
     class OneFails(Peers):
-        def create_pod(self, manifest: Any) -> bool:
+        def create_pod(self, manifest: Any) -> dict[str, Any] | None:
             if manifest["metadata"]["name"] == "s-1":
                 raise ApiUnavailable("the API server did not answer")
             return super().create_pod(manifest)
@@ -286,3 +292,17 @@ def test_a_node_event_is_written_on_the_agents_node_once_per_repeat_interval() -
     a.apply(event, now=2.0)
     a.apply(event, now=1.0 + EVENT_REPEAT_S)
     assert peers.calls == [("node-event", "n1", "SpotLendingBlocked", "Warning")] * 2
+
+
+def test_a_created_shadow_is_handed_on_as_stored_and_an_existing_one_is_not() -> None:
+    class Exists(Peers):
+        def create_pod(self, manifest: Any) -> dict[str, Any] | None:
+            super().create_pod(manifest)
+            return None if manifest["metadata"]["name"] == "s-1" else stored(manifest)
+
+    peers = Exists()
+    handed: list[Any] = []
+    a = Applier(client=peers, plugins=peers, spot=None, is_leader=lambda: True, created=handed.append)
+    a.apply_all([CreateShadow(KEY, f"s-{i}", {"metadata": {"name": f"s-{i}"}}) for i in range(2)], now=1.0)
+    assert sorted(c[1] for c in peers.calls) == ["s-0", "s-1"]  # a run of creates goes out concurrently
+    assert [(p["metadata"]["name"], p["metadata"]["uid"]) for p in handed] == [("s-0", "uid-s-0")]

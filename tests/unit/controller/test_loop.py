@@ -22,6 +22,12 @@ from tests.unit.controller.loop_pods import pod, shadow
 CFG = load_config(text="version: v1\nnodeName: n1\nrealResources: [example.com/gpu]\nshareSpecs: [4]\n")
 
 
+def stored(manifest: Any) -> dict[str, Any]:
+    """A created pod as the API server answers: the manifest with a uid and a resourceVersion."""
+    meta = {**manifest["metadata"], "uid": f"uid-{manifest['metadata']['name']}", "resourceVersion": "1"}
+    return {**manifest, "metadata": meta}
+
+
 class FakeClient:
     def __init__(self, pods: list[dict[str, Any]]) -> None:
         self.pods = pods
@@ -42,9 +48,9 @@ class FakeClient:
         self.calls.append(("lower", node, resource, count))
         return True
 
-    def create_pod(self, manifest: Any) -> bool:
+    def create_pod(self, manifest: Any) -> dict[str, Any] | None:
         self.calls.append(("create", manifest["metadata"]["name"]))
-        return True
+        return stored(manifest)
 
     def delete_pod(self, ref: PodRef, **_: Any) -> bool:
         self.calls.append(("delete", ref.key))

@@ -9,7 +9,7 @@ from typing import Any
 from controller.core.pod_facts import PodRef
 from controller.errors import ResourceExpired
 from controller.io.kube_client import WatchEvent
-from controller.io.pod_cache import PodCache
+from controller.io.pod_cache import ASSUME_S, PodCache
 
 
 def pod(name: str, uid: str = "", rv: str = "1") -> dict[str, Any]:
@@ -86,3 +86,42 @@ def test_an_object_with_odd_metadata_neither_stops_the_watch_nor_hides_the_other
         if p.get("metadata") != "not an object"
     )
     assert names == ["a", "b"] and len(cache.view().pods) == 3
+
+
+def names(cache: PodCache) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in cache.view().pods)
+
+
+def test_a_pod_the_agent_created_counts_before_its_watch_event_and_the_watch_then_owns_it() -> None:
+    now = [0.0]
+    cache = PodCache(ListOnly([pod("a")]), clock=lambda: now[0])  # type: ignore[arg-type]
+    cache.assume(pod("s0"))
+    assert names(cache) == []  # not synced: nothing to stand in for yet
+    cache.relist()
+    cache.assume(pod("s0"))
+    assert names(cache) == ["a", "s0"]  # the next pass does not create s0 again
+    cache.apply(WatchEvent("MODIFIED", pod("s0", rv="20")))
+    now[0] = ASSUME_S + 1
+    v = cache.view()
+    assert [p["metadata"]["resourceVersion"] for p in v.pods if p["metadata"]["name"] == "s0"] == ["20"]
+
+
+def test_an_assumed_pod_never_overrides_the_watch_and_lapses_unconfirmed() -> None:
+    now = [0.0]
+    cache = PodCache(ListOnly([pod("a")]), clock=lambda: now[0])  # type: ignore[arg-type]
+    cache.relist()
+    cache.apply(WatchEvent("ADDED", pod("s0", rv="21")))
+    cache.assume(pod("s0", rv="20"))  # the create's answer came after the watch's newer event
+    cache.apply(WatchEvent("DELETED", pod("s1", rv="23")))
+    cache.assume(pod("s1", rv="22"))  # created and already deleted: not brought back
+    cache.assume({"metadata": {"namespace": "ns", "name": "odd"}})  # no uid: not a stored pod
+    assert names(cache) == ["a", "s0"]
+    assert [p["metadata"]["resourceVersion"] for p in cache.view().pods if p["metadata"]["name"] == "s0"] == ["21"]
+    cache.assume(pod("s2"))
+    now[0] = ASSUME_S - 1
+    assert names(cache) == ["a", "s0", "s2"]
+    now[0] = ASSUME_S + 1
+    assert names(cache) == ["a", "s0"]  # no event ever spoke for it: the watch missed it, a LIST decides
+    cache.assume(pod("s3"))
+    cache.relist()
+    assert names(cache) == ["a"]  # a LIST is the truth
