@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 Allocation = Mapping[str, frozenset[str]]
 _T = TypeVar("_T")
 
+# kubelet serves the pod-resources API at 100 calls a second with a burst of 10, for all its
+# clients together, and refuses the rest (RESOURCE_EXHAUSTED). The agent Lists on every pass,
+# and a busy cluster's pod events outran that: the node part of those passes was skipped, and
+# the NRI plugin's Get for a container created meanwhile would have been refused (the container
+# fails closed). Calls are spaced this far apart instead: the caller waits, kubelet never refuses.
+CALL_INTERVAL_S = 0.012
+
 
 class PodResourcesError(OracleUnavailable):
     """kubelet's pod-resources API could not answer."""
@@ -62,6 +69,8 @@ class PodResourcesClient:
         self._stub = podresources_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
         self._lock = threading.Lock()
         self._get_supported = True
+        self._pace = threading.Lock()  # held only while waiting for a call's turn
+        self._last_call = float("-inf")  # time.monotonic() of the last call's start
         self._pods: dict[tuple[str, str], tuple[float, podresources_pb2.PodResources]] = {}
 
     def allocated_ids(self, namespace: str, pod: str, container: str) -> Allocation:
@@ -126,7 +135,15 @@ class PodResourcesClient:
                 return pod
         return None
 
+    def _wait_turn(self) -> None:
+        with self._pace:
+            wait = self._last_call + CALL_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self._last_call = time.monotonic()
+
     def _call(self, method: str, fn: Callable[[], _T]) -> _T:
+        self._wait_turn()
         try:
             return fn()
         except grpc.RpcError as exc:

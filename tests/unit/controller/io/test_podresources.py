@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -128,3 +129,34 @@ def test_a_negative_answer_is_not_cached(sock_dir: Path) -> None:
             assert client.allocated_ids("team", "tenant", "app") != {}
     finally:
         server.stop(None).wait()
+
+
+class KubeletLimit(Lister):
+    """kubelet's limit on the pod-resources API: a token bucket of 10, refilled at 100 a second."""
+
+    def __init__(self) -> None:
+        super().__init__(serve_get=True)
+        self.tokens, self.at, self.refused = 10.0, time.monotonic(), 0
+
+    def List(  # noqa: N802 (the gRPC method name)
+        self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.ListPodResourcesResponse:
+        now = time.monotonic()
+        self.tokens, self.at = min(10.0, self.tokens + (now - self.at) * 100), now
+        if self.tokens < 1:
+            self.refused += 1
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+        self.tokens -= 1
+        return super().List(request, context)
+
+
+def test_calls_are_spaced_under_kubelets_limit_not_refused(sock_dir: Path) -> None:
+    lister = KubeletLimit()
+    server = _serve(lister, sock_dir / "kubelet.sock")
+    try:
+        with PodResourcesClient(str(sock_dir / "kubelet.sock"), timeout_s=5) as client:
+            for _ in range(60):  # a pass per pod event of a busy cluster, back to back
+                assert client.list()
+        assert lister.refused == 0 and lister.calls.count("List") == 60
+    finally:
+        server.stop(0)
