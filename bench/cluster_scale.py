@@ -32,6 +32,7 @@ import json
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -44,14 +45,17 @@ from bench.stats import median, percentile
 from localcluster.bringup import running_cluster
 from localcluster.scale import (
     SHARE_N,
+    SHARE_RESOURCE,
     ScaleWorld,
     SchedulerCounts,
     agent_requests,
+    api_writes,
     check_sharers,
     plain,
     process_usage,
     scheduler_counts,
     sharer,
+    writes_between,
 )
 
 DEFAULT_NODES = (100, 300)
@@ -60,6 +64,7 @@ SHARERS_PER_NODE = 8
 GOAL_RATIO = 1.5
 GOAL_RSS_MIB = 300.0
 GOAL_REQUESTS = 3.0
+PIPELINE_FRACTIONS = (0.5, 0.9, 1.0)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,13 @@ class Row:
     # The scheduler's own counts over each phase (its /metrics): attempts, API calls, QPS wait.
     plain_scheduler: SchedulerCounts
     sharer_scheduler: SchedulerCounts
+    # Seconds from the first sharer's create until each pipeline stage reached PIPELINE_FRACTIONS
+    # of its final count (None: never reached).
+    pipeline: dict[str, tuple[float | None, ...]]
+    # Every client's writes the API server served while each phase's pods were placed, by kind
+    # (localcluster.scale.api_writes): what the phase asked of a control plane short of CPU.
+    plain_writes: dict[str, float]
+    sharer_writes: dict[str, float]
 
     @property
     def ratio(self) -> float:
@@ -97,11 +109,76 @@ class Row:
         return self.requests / self.sharers
 
 
-def _create_and_bind(world: ScaleWorld, manifests: list[dict[str, Any]], timeout_s: float) -> tuple[float, list[float]]:
-    """Create all, wait until all are bound: (wall seconds, each pod's create-to-bound seconds)."""
+# The stages a sharer's burst goes through, in order; ``Timeline`` records when each count grows.
+STAGES = (
+    "sharers created",
+    "shadows created",
+    "shadows bound",
+    "shadows Running",
+    "slots advertised",
+    "sharers bound",
+)
+
+
+@dataclass
+class Timeline:
+    """How far each stage of the shadow pipeline had come at each poll: (seconds since the first
+    create, count). Read at the end as the time each stage reached 50 %, 90 % and all of its
+    final count, which shows where a burst of sharers waits."""
+
+    samples: dict[str, list[tuple[float, int]]]
+
+    @classmethod
+    def empty(cls) -> Timeline:
+        return cls({s: [] for s in STAGES})
+
+    def add(self, at: float, counts: dict[str, int]) -> None:
+        for stage, n in counts.items():
+            self.samples[stage].append((at, n))
+
+    def reached(self, stage: str, fraction: float) -> float | None:
+        points = self.samples[stage]
+        if not points:
+            return None
+        goal = fraction * max(n for _, n in points)
+        return next((at for at, n in points if n >= goal and n > 0), None)
+
+
+def _pipeline_counts(world: ScaleWorld, created: int, bound: int) -> dict[str, int]:
+    shadows = world.shadows()
+    node_side = world.node_side
+    slots = 0
+    if node_side is not None:
+        slots = sum(node_side.capacity_published(n).get(SHARE_RESOURCE, 0) for n in world.nodes)
+    return {
+        "sharers created": created,
+        "shadows created": len(shadows),
+        "shadows bound": sum(1 for s in shadows if (s.get("spec") or {}).get("nodeName")),
+        "shadows Running": sum(1 for s in shadows if (s.get("status") or {}).get("phase") == "Running"),
+        "slots advertised": slots,
+        "sharers bound": bound,
+    }
+
+
+def _create_and_bind(
+    world: ScaleWorld, manifests: list[dict[str, Any]], timeout_s: float, timeline: Timeline | None = None
+) -> tuple[float, list[float]]:
+    """Create all, wait until all are bound: (wall seconds, each pod's create-to-bound seconds).
+
+    With a ``timeline``, the pipeline's counts are sampled alongside (a thread, every 0.5 s)."""
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
     t0 = time.monotonic()
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            assert timeline is not None
+            timeline.add(time.monotonic() - t0, _pipeline_counts(world, len(created), len(bound)))
+
+    sampler = threading.Thread(target=sample, name="timeline", daemon=True)
+    if timeline is not None:
+        sampler.start()
 
     def make(m: dict[str, Any]) -> None:
         world.client.create_pod(m)
@@ -118,24 +195,33 @@ def _create_and_bind(world: ScaleWorld, manifests: list[dict[str, Any]], timeout
                 bound.setdefault(p["metadata"]["name"], now)
         return len(bound) == len(manifests)
 
-    world.wait(f"{len(manifests)} pods bound", all_bound, timeout_s, poll_s=0.5)
+    try:
+        world.wait(f"{len(manifests)} pods bound", all_bound, timeout_s, poll_s=0.5)
+    finally:
+        done.set()
+        if timeline is not None:
+            sampler.join()
+            timeline.add(time.monotonic() - t0, _pipeline_counts(world, len(created), len(bound)))
     wall = max(bound.values()) - t0
     return wall, [bound[n] - created[n] for n in created]
 
 
 def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
     n_plain, n_sharers = PLAIN_PER_NODE * nodes, SHARERS_PER_NODE * nodes
-    sched0 = scheduler_counts(world.cluster)
+    sched0, writes0 = scheduler_counts(world.cluster), api_writes(world.cluster)
     plain_wall, plain_each = _create_and_bind(world, [plain(f"plain-{i}") for i in range(n_plain)], timeout_s)
-    sched1 = scheduler_counts(world.cluster)
+    sched1, writes1 = scheduler_counts(world.cluster), api_writes(world.cluster)
     world.delete_all(timeout_s)
 
     requests0, usage0 = agent_requests(world.cluster), process_usage(world.agent.pid)
     passes0 = int(world.agent.status()["passes"])
     node0 = world.node_side.writer.requests if world.node_side is not None else 0
-    sched2 = scheduler_counts(world.cluster)
-    sharer_wall, sharer_each = _create_and_bind(world, [sharer(f"sharer-{i}") for i in range(n_sharers)], timeout_s)
-    sched3 = scheduler_counts(world.cluster)
+    sched2, writes2 = scheduler_counts(world.cluster), api_writes(world.cluster)
+    timeline = Timeline.empty()
+    sharer_wall, sharer_each = _create_and_bind(
+        world, [sharer(f"sharer-{i}") for i in range(n_sharers)], timeout_s, timeline
+    )
+    sched3, writes3 = scheduler_counts(world.cluster), api_writes(world.cluster)
     records_s = world.wait("every sharer recorded", lambda: world.records_written(n_sharers), timeout_s)
     requests1, usage1 = agent_requests(world.cluster), process_usage(world.agent.pid)
     passes1 = int(world.agent.status()["passes"])
@@ -170,6 +256,9 @@ def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
         problems=tuple(problems),
         plain_scheduler=sched1 - sched0,
         sharer_scheduler=sched3 - sched2,
+        pipeline={s: tuple(timeline.reached(s, f) for f in PIPELINE_FRACTIONS) for s in STAGES},
+        plain_writes=writes_between(writes0, writes1),
+        sharer_writes=writes_between(writes2, writes3),
     )
 
 
@@ -225,8 +314,30 @@ def render(rows: Sequence[Row], idle_s: float) -> str:
                 f"{c.requests:.0f} API requests ({c.requests / pods:.2f} per pod), {c.throttled_s:.1f} s waiting "
                 "for its client's QPS"
             )
+        lines.append(_writes_line(r))
+        lines.append(
+            "  sharers' pipeline, seconds from the first create until each stage reached "
+            + " / ".join(f"{f:.0%}" for f in PIPELINE_FRACTIONS)
+            + " of its final count:"
+        )
+        for stage, times in r.pipeline.items():
+            shown = " / ".join("-" if t is None else f"{t:.1f}" for t in times)
+            lines.append(f"    {stage:<17} {shown}")
         lines += [f"  PROBLEM: {p}" for p in r.problems[:20]]
     return "\n".join(lines)
+
+
+def _writes_line(r: Row) -> str:
+    """API writes per bound pod, both phases, with the kinds that differ most."""
+    plain_total, sharer_total = sum(r.plain_writes.values()) / r.plain, sum(r.sharer_writes.values()) / r.sharers
+    kinds = set(r.plain_writes) | set(r.sharer_writes)
+    per = {k: (r.plain_writes.get(k, 0.0) / r.plain, r.sharer_writes.get(k, 0.0) / r.sharers) for k in kinds}
+    top = sorted(per.items(), key=lambda kv: -max(kv[1]))[:8]
+    detail = ", ".join(f"{k} {p:.2f}/{s:.2f}" for k, (p, s) in top)
+    return (
+        f"  API writes per bound pod (everyone's), plain / sharers: {plain_total:.2f} / {sharer_total:.2f} "
+        f"({sharer_total / plain_total if plain_total else float('nan'):.2f}x); {detail}"
+    )
 
 
 def parse_nodes(text: str) -> list[int]:

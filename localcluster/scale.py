@@ -188,6 +188,31 @@ def scheduler_counts(cluster: Cluster) -> SchedulerCounts:
     )
 
 
+_WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+
+
+def api_writes(cluster: Cluster) -> dict[str, float]:
+    """Writes the API server has served so far, everyone's, by ``"<VERB> <resource>[/<subresource>]"``.
+
+    The API server's own ``apiserver_request_total``: the work a phase asks of the control
+    plane (and of etcd), whoever asked, which is what a busy control plane is short of.
+    """
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(cluster.request("GET", "/metrics")):
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total" or sample.labels.get("verb") not in _WRITE_VERBS:
+                continue
+            what = "/".join(filter(None, (sample.labels.get("resource"), sample.labels.get("subresource"))))
+            key = f"{sample.labels['verb']} {what}"
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def writes_between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The writes of each kind between two reads of ``api_writes``; kinds with none left out."""
+    return {k: d for k, v in after.items() if (d := v - before.get(k, 0.0)) > 0}
+
+
 def sharer(name: str) -> dict[str, Any]:
     return _pod(name, {SHARE_RESOURCE: "1"})
 
@@ -388,9 +413,11 @@ __all__ = [
     "ScaleWorld",
     "agent_kubeconfig",
     "agent_requests",
+    "api_writes",
     "check_sharers",
     "plain",
     "process_usage",
     "scale_world",
     "sharer",
+    "writes_between",
 ]

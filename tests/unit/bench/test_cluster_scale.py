@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from bench.cluster_scale import Row, parse_nodes, render
+from bench.cluster_scale import STAGES, Row, Timeline, parse_nodes, render
 from localcluster.scale import SchedulerCounts
 
 
@@ -21,6 +21,9 @@ def row(nodes: int, **kw: object) -> Row:
         problems=(),
         plain_scheduler=SchedulerCounts(2 * nodes, 0, 0, 4 * nodes, 0.0),
         sharer_scheduler=SchedulerCounts(10 * nodes, 8 * nodes, 0, 30 * nodes, 12.5),
+        pipeline={s: (1.0, 2.0, None if s == "sharers bound" else 3.0) for s in STAGES},
+        plain_writes={"POST pods": 2.0 * nodes, "POST pods/binding": 2.0 * nodes},
+        sharer_writes={"POST pods": 10.0 * nodes, "POST pods/binding": 10.0 * nodes, "PATCH pods": 16.0 * nodes},
     )  # fmt: skip
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
@@ -48,3 +51,23 @@ def test_sizes_must_be_increasing_counts() -> None:
     for text in ("300,100", "100;300", "0", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_nodes(text)
+
+
+def test_the_pipeline_prints_when_each_stage_reached_its_share_of_the_final_count() -> None:
+    out = render([row(100)], idle_s=15)
+    assert "    shadows Running   1.0 / 2.0 / 3.0" in out and "    sharers bound     1.0 / 2.0 / -" in out
+    t = Timeline.empty()
+    for at, n in ((0.5, 0), (1.0, 3), (1.5, 9), (2.0, 10)):
+        t.add(at, {"shadows bound": n})
+    assert (t.reached("shadows bound", 0.5), t.reached("shadows bound", 0.9), t.reached("shadows bound", 1.0)) == (
+        1.5,
+        1.5,
+        2.0,
+    )
+    assert t.reached("sharers bound", 0.5) is None
+
+
+def test_api_writes_per_bound_pod_compare_the_phases_kind_by_kind() -> None:
+    out = render([row(100)], idle_s=15)
+    assert "API writes per bound pod (everyone's), plain / sharers: 2.00 / 4.50 (2.25x); PATCH pods 0.00/2.00, " in out
+    assert "POST pods 1.00/1.25" in out and "POST pods/binding 1.00/1.25" in out
