@@ -82,7 +82,27 @@ class Helm:
         return res.stdout
 
     def install(self, release: str, chart: Path, namespace: str, values: Path, *more: str) -> None:
+        self._clear_unowned_priority_classes()
         self("install", release, str(chart), "--namespace", namespace, "--values", str(values), *more)
+
+    def _clear_unowned_priority_classes(self) -> None:
+        """Delete the product's PriorityClasses where no Helm release owns them.
+
+        A host-process agent on the same test cluster applies them with kubectl
+        (``localcluster.agent.apply_base_manifests``), and Helm refuses to install over an object
+        that lacks its release's ownership annotations: a tier that ran such an agent would
+        otherwise break every Helm install after it on the shared cluster.
+        """
+        for doc in yaml.safe_load_all((REPO / "manifests" / "10-priorityclasses.yaml").read_text()):
+            if not doc or doc.get("kind") != "PriorityClass":
+                continue
+            path = f"/apis/scheduling.k8s.io/v1/priorityclasses/{doc['metadata']['name']}"
+            try:
+                live = self.cluster.request("GET", path)
+            except ClusterError:
+                continue  # not there (or unreadable: then helm install says why)
+            if "meta.helm.sh/release-name" not in ((live.get("metadata") or {}).get("annotations") or {}):
+                self.cluster.request("DELETE", path)
 
     def upgrade(self, release: str, chart: Path, namespace: str, values: Path) -> None:
         self("upgrade", release, str(chart), "--namespace", namespace, "--values", str(values))
