@@ -35,8 +35,8 @@ def merge_pods(*views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
                 best[("", f"#{id(pod)}")] = pod
                 continue
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-            seen = best.get(key)
-            if seen is None or _resource_version(pod) > _resource_version(seen):
+            seen = best.setdefault(key, pod)  # one dict operation for a pod seen once, as most are
+            if seen is not pod and _resource_version(pod) > _resource_version(seen):
                 best[key] = pod
     return list(best.values())
 
@@ -74,9 +74,14 @@ def plan_waiting_events(snapshot: Snapshot, unschedulable: Mapping[str, str]) ->
     stuck: dict[ShareKey, list[tuple[str, str]]] = {}
     if not unschedulable:
         return []
+    # Few shadows are stuck: a shadow no key can end in "/<its name>" for is passed over
+    # without building its key (every part of a key after a slash, should a name hold one).
+    names = {"/".join(parts[i:]) for parts in (k.split("/") for k in unschedulable) for i in range(1, len(parts))}
     for s in snapshot.shadows:
         ref = s.facts.ref
-        msg = unschedulable.get(f"{ref.namespace}/{ref.name}", "")  # ref.key, without a call per shadow
+        if ref.name not in names:
+            continue
+        msg = unschedulable.get(f"{ref.namespace}/{ref.name}", "")  # ref.key, without a call
         if msg and s.facts.is_alive:
             stuck.setdefault(s.key, []).append((s.ref.key, msg))
     # One message per key: every sharer waiting on it gets the same text.

@@ -17,6 +17,10 @@ from gpushare import keys
 _MAX_QUANTITY = 2**63 - 1
 _MAX_DIGITS = len(str(_MAX_QUANTITY))
 
+# int() of the texts most counts are written as, looked up instead of parsed: a device count,
+# a share spec. "1" and "01" both read as 1, as int() reads them; only the canonical text is here.
+SMALL_NUMBERS: dict[str, int] = {str(n): n for n in range(1025)}
+
 _STATUS_FIELDS = (("container_statuses", "containerStatuses"), ("init_container_statuses", "initContainerStatuses"))
 _CONTAINER_FIELDS = (("containers", "containers"), ("init_containers", "initContainers"))
 
@@ -66,6 +70,10 @@ def _quantity(value: object, resource: str, pod: str) -> int:
             f"gpushare: pod {pod}: {resource} quantity {value!r:.40} is more than {_MAX_QUANTITY}", field="resources"
         )
     return number
+
+
+# tuple.__new__ builds a named tuple without the Python frame of its generated __new__.
+_new = tuple.__new__
 
 
 class ContainerFacts(NamedTuple):
@@ -158,7 +166,9 @@ def _device_requests(c: Mapping[str, Any], name: str, pod: str) -> tuple[tuple[s
     for r, q in merged.items():
         # ours, or a vendor's (is_vendor_resource, inlined: this runs for every container read)
         if r.startswith(keys.RESOURCE_PREFIX) or ("/" in r and "kubernetes.io/" not in r):
-            if type(q) is str and q.isascii() and q.isdecimal() and len(q) < _MAX_DIGITS:
+            if type(q) is str and (number := SMALL_NUMBERS.get(q)) is not None:
+                wanted.append((r, number))  # the API's own spelling of a count such as "1"
+            elif type(q) is str and q.isascii() and q.isdecimal() and len(q) < _MAX_DIGITS:
                 wanted.append((r, int(q)))  # the API's own spelling, and too short to pass int64
             else:
                 wanted.append((r, _quantity(q, r, pod)))
@@ -189,21 +199,29 @@ def read_containers(
     ids, running = _statuses(status, pod)
     out: list[ContainerFacts] = []
     for field_snake, field_camel in _CONTAINER_FIELDS:
-        if spec.get(field_snake) is None and spec.get(field_camel) is None:
+        listed = spec.get(field_snake)
+        if listed is None and (listed := spec.get(field_camel)) is None:
             continue  # few pods have init containers
-        for c in objects(spec, "spec", pod, field_snake, field_camel):
+        if type(listed) is list:
+            for c in listed:
+                if type(c) is not dict:  # objects() then takes the list apart (or refuses it)
+                    listed = objects(spec, "spec", pod, field_snake, field_camel)
+                    break
+        else:
+            listed = objects(spec, "spec", pod, field_snake, field_camel)
+        for c in listed:
             name = c.get("name")
             if not isinstance(name, str) or not name:
                 raise InvalidObject(f"gpushare: pod {pod}: a container has no name", field="spec.containers")
             wanted = _device_requests(c, name, pod)
             cid = ids.get(name, "")
             if cache is None or cid:  # a started container's ID is its own: nothing to share
-                out.append(ContainerFacts(name, wanted, cid, name in running))
+                out.append(_new(ContainerFacts, (name, wanted, cid, name in running)))
                 continue
             key = (name, wanted, name in running)
             facts = cache.containers.get(key)
             if facts is None:
-                facts = cache.containers[key] = ContainerFacts(name, wanted, cid, name in running)
+                facts = cache.containers[key] = _new(ContainerFacts, (name, wanted, cid, name in running))
             out.append(facts)
     return tuple(out)
 

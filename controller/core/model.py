@@ -18,17 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
+from controller.core.container_facts import SMALL_NUMBERS
 from controller.core.pod_facts import (
+    PHASE_PENDING,
     PHASE_RUNNING,
     PodFacts,
     PodKey,
     PodProblem,
     PodRef,
     ReadCache,
-    is_vendor_resource,
     parse_pod,
     problem_of,
 )
@@ -44,12 +46,16 @@ from controller.errors import InvalidObject
 from gpushare import keys
 from gpushare.config import Config
 
+_SHARE_PREFIXES = (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_PREFIX)
+
 
 def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
     """(kind, N, quantity) of the one share resource a pod asks for, or None."""
     found: dict[tuple[str, int], int] = {}
     for c in facts.containers:
         for resource, qty in c.resources:
+            if not resource.startswith(_SHARE_PREFIXES):
+                continue  # parse_share_resource's answer, without the call
             parsed = keys.parse_share_resource(resource)
             if parsed is not None and qty > 0:
                 if qty > parsed[1]:
@@ -75,12 +81,18 @@ def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
 
 _SHARE_KINDS = frozenset({keys.KIND_SHARE, keys.KIND_SHARE_DEV})
 
+# The roles are named tuples, not frozen dataclasses, for the reason PodFacts is one: the leader
+# builds one for most pods it reads, and a frozen dataclass's __init__ sets each field through
+# object.__setattr__. tuple.__new__ builds one without even the generated __new__'s Python frame.
+_new = tuple.__new__
 
-@dataclass(frozen=True, slots=True)
-class _PodRole:
-    """A pod in one of the design's roles; the facts stay reachable."""
+
+class ShadowPod(NamedTuple):
+    """A platform pod holding one real GPU for up to N sharers (design §3)."""
 
     facts: PodFacts
+    key: ShareKey
+    users: Mapping[str, tuple[str, ...]]  # from ANNOTATION_SHADOW_USERS: "<ns>/<pod>/<container>" -> virtual IDs
 
     @property
     def ref(self) -> PodRef:
@@ -89,14 +101,6 @@ class _PodRole:
     @property
     def node_name(self) -> str:
         return self.facts.node_name
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowPod(_PodRole):
-    """A platform pod holding one real GPU for up to N sharers (design §3)."""
-
-    key: ShareKey
-    users: Mapping[str, tuple[str, ...]]  # from ANNOTATION_SHADOW_USERS: "<ns>/<pod>/<container>" -> virtual IDs
 
     @property
     def is_running(self) -> bool:
@@ -113,10 +117,13 @@ class ShadowPod(_PodRole):
     @classmethod
     def from_facts(cls, facts: PodFacts, share_keys: ShareKeys | None = None) -> ShadowPod:
         """``share_keys``: the keys met so far in this snapshot, so equal keys are one object."""
-        kind = facts.labels.get(keys.LABEL_SHARE_KIND, "")
-        spec_text = facts.labels.get(keys.LABEL_SHARE_SPEC, "")
-        # isascii and isdecimal, not isdigit: int() refuses digits such as "²" and reads "٣" as 3.
-        spec = int(spec_text) if spec_text.isascii() and spec_text.isdecimal() and len(spec_text) <= 4 else 0
+        labels = facts.labels
+        kind = labels.get(keys.LABEL_SHARE_KIND, "")
+        spec_text = labels.get(keys.LABEL_SHARE_SPEC, "")
+        spec = SMALL_NUMBERS.get(spec_text)
+        if spec is None:
+            # isascii and isdecimal, not isdigit: int() refuses digits such as "²" and reads "٣" as 3.
+            spec = int(spec_text) if spec_text.isascii() and spec_text.isdecimal() and len(spec_text) <= 4 else 0
         if kind not in _SHARE_KINDS or spec < 1:
             raise InvalidObject(
                 f"gpushare: shadow {facts.ref} has share-kind {kind!r:.40} and share-spec {spec_text!r:.40}; "
@@ -126,7 +133,8 @@ class ShadowPod(_PodRole):
         real: set[str] = set()
         for c in facts.containers:  # a loop, not a comprehension: this runs for every shadow read
             for r, _ in c.resources:
-                if is_vendor_resource(r):
+                # is_vendor_resource, inlined
+                if "/" in r and not r.startswith(keys.RESOURCE_PREFIX) and "kubernetes.io/" not in r:
                     real.add(r)
         if len(real) != 1:
             raise InvalidObject(
@@ -136,25 +144,31 @@ class ShadowPod(_PodRole):
             )
         (resource,) = real
         users = facts.annotations.get(keys.ANNOTATION_SHADOW_USERS)
-        return cls(
-            facts,
-            share_key(resource, facts.node_selector, kind, spec, share_keys),
-            parse_users_annotation(users) if users else {},
-        )
+        key = share_key(resource, facts.node_selector, kind, spec, share_keys)
+        return _new(cls, (facts, key, parse_users_annotation(users) if users else {}))
 
 
-@dataclass(frozen=True, slots=True)
-class SharePod(_PodRole):
+class SharePod(NamedTuple):
     """A tenant pod asking for ``gpushare/share-*`` slots."""
 
+    facts: PodFacts
     key: ShareKey
     quantity: int  # slots asked for, all containers together
     owner_shadows: Mapping[str, str]  # from ANNOTATION_SHADOW_OWNER: "<ns>/<shadow>" -> shadow uid
 
     @property
+    def ref(self) -> PodRef:
+        return self.facts.ref
+
+    @property
+    def node_name(self) -> str:
+        return self.facts.node_name
+
+    @property
     def is_pending(self) -> bool:
         """Waiting for a slot: unscheduled, not gated, not being deleted (docs/controller.md)."""
-        return self.facts.is_unscheduled and not self.facts.is_gated and not self.facts.is_terminating
+        facts = self.facts  # is_unscheduled, inlined: the leader asks this of every sharer on each pass
+        return not facts.node_name and facts.phase == PHASE_PENDING and not facts.is_gated and not facts.is_terminating
 
     @property
     def holds_slots(self) -> bool:
@@ -171,17 +185,23 @@ class SharePod(_PodRole):
             return None
         kind, spec, qty = request
         resource = facts.annotations.get(keys.ANNOTATION_POOL_RESOURCE, default_pool_resource)
-        return cls(
-            facts=facts,
-            key=share_key(resource, facts.node_selector, kind, spec, share_keys),
-            quantity=qty,
-            owner_shadows=parse_owner_annotation(facts.annotations.get(keys.ANNOTATION_SHADOW_OWNER)),
-        )
+        owner = facts.annotations.get(keys.ANNOTATION_SHADOW_OWNER)
+        key = share_key(resource, facts.node_selector, kind, spec, share_keys)
+        return _new(cls, (facts, key, qty, parse_owner_annotation(owner) if owner else {}))
 
 
-@dataclass(frozen=True, slots=True)
-class SpotPod(_PodRole):
+class SpotPod(NamedTuple):
     """A pod asking for ``gpushare/spot-gpu``: a borrower once admitted (design §6)."""
+
+    facts: PodFacts
+
+    @property
+    def ref(self) -> PodRef:
+        return self.facts.ref
+
+    @property
+    def node_name(self) -> str:
+        return self.facts.node_name
 
     @property
     def container_ids(self) -> tuple[str, ...]:
@@ -268,7 +288,8 @@ SnapshotMemo = PodMemo[_Read]
 def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys, cache: ReadCache) -> _Read:
     try:
         facts = parse_pod(raw, cache)
-        if facts.ref.namespace == keys.SHADOW_NAMESPACE and is_shadow(facts):
+        # is_shadow, inlined: this runs for every pod read
+        if facts.ref.namespace == keys.SHADOW_NAMESPACE and facts.labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW:
             return facts, ShadowPod.from_facts(facts, share_keys)
         sharer = SharePod.from_facts(facts, default_pool, share_keys)
         if sharer is not None:
@@ -282,9 +303,8 @@ def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys, 
         return problem_of(raw, exc), None
 
 
-# The order of ``PodRef`` as a plain tuple, read in C: sorting then compares tuples without
-# calling dataclass methods.
-_by_ref = attrgetter("facts.ref.namespace", "facts.ref.name", "facts.ref.uid")
+# A role's ``PodRef``, read in C: a PodRef is a tuple, so sorting compares refs in C.
+_by_ref = attrgetter("facts.ref")
 
 
 def build_snapshot(
@@ -308,10 +328,13 @@ def build_snapshot(
     share_keys: ShareKeys = {}
     cache = ReadCache()
 
-    def read(raw: Mapping[str, Any]) -> _Read:
-        return _read_pod(raw, default_pool, share_keys, cache)
-
-    reads = memo.read_all(pods, read, default_pool) if memo is not None else [read(raw) for raw in pods]
+    reads: Iterable[_Read]
+    if memo is not None:
+        reads = memo.read_all(pods, lambda raw: _read_pod(raw, default_pool, share_keys, cache), default_pool)
+    else:
+        # map, not a list: each read is taken apart as it comes, so the pass never holds them all
+        # (fewer objects for the collector to walk while it reads) and no Python loop calls it.
+        reads = map(_read_pod, pods, repeat(default_pool), repeat(share_keys), repeat(cache))
     by_key: dict[PodKey, PodFacts] = {}
     shadows: list[ShadowPod] = []
     sharers: list[SharePod] = []
@@ -321,11 +344,11 @@ def build_snapshot(
         if isinstance(facts, PodProblem):
             problems.append(facts)
             continue
-        if isinstance(role, ShadowPod):
+        if type(role) is ShadowPod:  # type(), not isinstance: the roles are never subclassed
             shadows.append(role)
-        elif isinstance(role, SharePod):
+        elif type(role) is SharePod:
             sharers.append(role)
-        elif isinstance(role, SpotPod):
+        elif type(role) is SpotPod:
             spot.append(role)
         ref = facts.ref
         by_key[f"{ref.namespace}/{ref.name}"] = facts  # ref.key, without a call per pod

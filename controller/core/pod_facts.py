@@ -58,9 +58,13 @@ def _str_map(value: object, where: str, pod: str) -> dict[str, str]:
     raise InvalidObject(f"gpushare: pod {pod}: {where} must map strings to strings, got {value!r:.120}", field=where)
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class PodRef:
-    """A pod by name and uid; the uid tells a re-created pod of the same name apart."""
+class PodRef(NamedTuple):
+    """A pod by name and uid; the uid tells a re-created pod of the same name apart.
+
+    A tuple, for the reason ``ContainerFacts`` is one: the leader builds one for every pod it
+    reads. It orders, hashes and compares as its three fields, in C; like any tuple, it also
+    equals a plain tuple of the same three strings.
+    """
 
     namespace: str
     name: str
@@ -149,6 +153,10 @@ def problem_of(raw: object, exc: Exception) -> PodProblem:
     return PodProblem(ref, FIELD_UNREADABLE, f"gpushare: {who} cannot be read ({detail}); skipped")
 
 
+# tuple.__new__ builds a named tuple without the Python frame of its generated __new__.
+_new = tuple.__new__
+
+
 def parse_pod(pod: Mapping[str, Any], cache: ReadCache | None = None) -> PodFacts:
     """Read the facts every role needs; raise ``InvalidObject`` naming the pod and field.
 
@@ -165,7 +173,7 @@ def parse_pod(pod: Mapping[str, Any], cache: ReadCache | None = None) -> PodFact
         raise InvalidObject(
             f"gpushare: a pod lacks metadata.namespace, name or uid: {dict(meta)!r:.160}", field="metadata"
         )
-    ref = PodRef(namespace, name, uid)
+    ref = _new(PodRef, (namespace, name, uid))
     key = f"{namespace}/{name}"
     spec = pod.get("spec")
     if type(spec) is not dict:
@@ -193,16 +201,19 @@ def parse_pod(pod: Mapping[str, Any], cache: ReadCache | None = None) -> PodFact
     gates = spec.get("scheduling_gates")
     if gates is None:
         gates = spec.get("schedulingGates")
-    return PodFacts(
-        ref,
-        node_name,
-        phase,
-        {} if labels is None else _str_map(labels, "metadata.labels", key),
-        {} if annotations is None else _str_map(annotations, "metadata.annotations", key),
-        tuple(sorted(selector.items())) if selector else (),
-        read_containers(spec, status, key, cache),
-        meta.get("deletion_timestamp") is not None or meta.get("deletionTimestamp") is not None,
-        bool(gates),
+    return _new(
+        PodFacts,
+        (
+            ref,
+            node_name,
+            phase,
+            {} if labels is None else _str_map(labels, "metadata.labels", key),
+            {} if annotations is None else _str_map(annotations, "metadata.annotations", key),
+            tuple(sorted(selector.items())) if selector else (),
+            read_containers(spec, status, key, cache),
+            meta.get("deletion_timestamp") is not None or meta.get("deletionTimestamp") is not None,
+            bool(gates),
+        ),
     )
 
 

@@ -5,13 +5,12 @@ Pure module: stdlib and ``gpushare`` only (docs/architecture.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpushare import keys
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Pool:
+class Pool(NamedTuple):
     """Where a shadow's GPU comes from: a real resource, refined by a node-selector label set.
 
     A sharer's pool is the real resource named by its ``pool-resource`` annotation (default:
@@ -29,18 +28,18 @@ class Pool:
         return self.resource + "{" + ",".join(f"{k}={v}" for k, v in self.node_selector) + "}"
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class ShareKey:
-    """The unit of shadow demand: pool x kind x N (design §3)."""
+class ShareKey(NamedTuple):
+    """The unit of shadow demand: pool x kind x N (design §3).
+
+    A tuple, like ``Pool``: the leader's pass groups every shadow and sharer by key, and a
+    tuple hashes and compares in C, where a dataclass's ``__hash__`` is a Python call. Both
+    order, hash and compare as their fields; like any tuple, each also equals a plain tuple
+    of the same fields.
+    """
 
     pool: Pool
     kind: str
     spec: int
-
-    def __hash__(self) -> int:
-        # The leader's pass groups every shadow and sharer by key: one hash of plain values
-        # instead of the generated one's hash of the Pool, which calls Pool's own in turn.
-        return hash((self.pool.resource, self.pool.node_selector, self.kind, self.spec))
 
     @property
     def resource(self) -> str:

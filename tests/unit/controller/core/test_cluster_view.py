@@ -60,3 +60,20 @@ def test_no_event_when_the_shadow_is_placeable_or_the_sharer_is_bound() -> None:
     # A different share spec is another key: its sharer is not told about this shadow.
     other = build_snapshot([shadow("shadow-x"), pod("web", limits={"gpushare/share-gpu-2": "1"})], CFG)
     assert plan_waiting_events(other, {"gpushare-system/shadow-x": "full"}) == []
+
+
+def test_a_stuck_shadow_is_found_by_its_whole_key_whatever_its_name_holds() -> None:
+    # The pass looks only at shadows whose name some stuck key could end in; a name holding a
+    # slash, or one that ends another's key, is still matched by the whole "ns/name" only.
+    sharer = pod("web", limits={"gpushare/share-gpu-4": "1"})
+    for name in ("a/b", "b"):
+        snap = build_snapshot([shadow(name), sharer], CFG)
+        events = plan_waiting_events(snap, {"gpushare-system/a/b": "no GPU"})
+        assert [e.ref.key for e in events] == (["default/web"] if name == "a/b" else [])
+    snap = build_snapshot([shadow("b"), sharer], CFG)
+    assert plan_waiting_events(snap, {"other/b": "no GPU"}) == []
+
+
+def test_merge_pods_keeps_one_copy_of_a_pod_two_caches_share() -> None:
+    shared = pod("a", node="n1")
+    assert merge_pods([shared], [shared, pod("b")]) == [shared, pod("b")]

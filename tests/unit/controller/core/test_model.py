@@ -66,6 +66,25 @@ def test_shadow_key_users_and_running() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "spec"), [("4", 4), ("04", 4), ("1024", 1024), ("9999", 9999), ("0", None), ("٣", None), ("10000", None)]
+)
+def test_share_spec_label_reads_as_int_reads_it(text: str, spec: int | None) -> None:
+    # Common specs are looked up, the rest parsed: both read as int() of a short ASCII number.
+    labels = {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: text, keys.LABEL_SHARE_KIND: "share"}
+    s = snap([pod("s", keys.SHADOW_NAMESPACE, labels=labels, requests={"nvidia.com/gpu": 1})])
+    assert [x.key.spec for x in s.shadows] == ([] if spec is None else [spec])
+
+
+def test_share_keys_order_hash_and_compare_by_pool_kind_spec() -> None:
+    a, b = ShareKey(Pool("nvidia.com/gpu"), keys.KIND_SHARE, 4), ShareKey(Pool("nvidia.com/gpu"), keys.KIND_SHARE, 2)
+    zoned = ShareKey(Pool("nvidia.com/gpu", (("zone", "a"),)), keys.KIND_SHARE, 2)
+    assert sorted([zoned, a, b]) == [b, a, zoned]  # pool (resource, selector), then kind, then N
+    assert a == ShareKey(Pool("nvidia.com/gpu", ()), keys.KIND_SHARE, 4) and hash(a) == hash(ShareKey(*a))
+    assert {a: 1}[ShareKey(Pool("nvidia.com/gpu"), keys.KIND_SHARE, 4)] == 1
+    assert str(zoned) == "nvidia.com/gpu{zone=a}/gpushare/share-gpu-2" and a.resource == "gpushare/share-gpu-4"
+
+
+@pytest.mark.parametrize(
     ("kw", "pending", "holds"),
     [
         ({}, True, False),  # unscheduled: waiting for a slot

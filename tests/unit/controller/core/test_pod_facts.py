@@ -51,3 +51,17 @@ def test_unreadable_pod_is_refused_with_its_name_and_field(mutate: object, needl
 
 def test_pod_ref_key() -> None:
     assert PodRef("ns", "p", "u").key == "ns/p" == str(PodRef("ns", "p", "u"))
+    assert (
+        f"{PodRef('ns', 'p', 'u')}" == "ns/p"
+        and repr(PodRef("ns", "p", "u")) == "PodRef(namespace='ns', name='p', uid='u')"
+    )
+
+
+def test_pod_refs_order_hash_and_compare_by_namespace_name_uid() -> None:
+    # What sorting the snapshot's roles, sets of refs and equal actions rely on.
+    refs = [PodRef("b", "a", "1"), PodRef("a", "b", "2"), PodRef("a", "b", "1"), PodRef("a", "a", "9")]
+    assert sorted(refs) == [PodRef("a", "a", "9"), PodRef("a", "b", "1"), PodRef("a", "b", "2"), PodRef("b", "a", "1")]
+    assert PodRef("a", "b", "1") == PodRef("a", "b", "1") != PodRef("a", "b", "2")
+    assert len({PodRef("a", "b", "1"), PodRef("a", "b", "1"), PodRef("a", "b", "2")}) == 2
+    with pytest.raises(AttributeError):
+        PodRef("a", "b", "1").uid = "2"  # type: ignore[misc]
