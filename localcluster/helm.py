@@ -82,27 +82,38 @@ class Helm:
         return res.stdout
 
     def install(self, release: str, chart: Path, namespace: str, values: Path, *more: str) -> None:
-        self._clear_unowned_priority_classes()
+        self._adopt_unowned(release, namespace)
         self("install", release, str(chart), "--namespace", namespace, "--values", str(values), *more)
 
-    def _clear_unowned_priority_classes(self) -> None:
-        """Delete the product's PriorityClasses where no Helm release owns them.
+    def _adopt_unowned(self, release: str, namespace: str) -> None:
+        """Mark the chart's namespace and PriorityClasses as this release's where no release owns them.
 
         A host-process agent on the same test cluster applies them with kubectl
         (``localcluster.agent.apply_base_manifests``), and Helm refuses to install over an object
-        that lacks its release's ownership annotations: a tier that ran such an agent would
-        otherwise break every Helm install after it on the shared cluster.
+        without a release's ownership label and annotations: a tier that ran such an agent would
+        otherwise break every Helm install after it on the shared cluster. With them, Helm adopts
+        the object, as it documents for resources created outside it.
         """
-        for doc in yaml.safe_load_all((REPO / "manifests" / "10-priorityclasses.yaml").read_text()):
-            if not doc or doc.get("kind") != "PriorityClass":
-                continue
-            path = f"/apis/scheduling.k8s.io/v1/priorityclasses/{doc['metadata']['name']}"
-            try:
-                live = self.cluster.request("GET", path)
-            except ClusterError:
-                continue  # not there (or unreadable: then helm install says why)
-            if "meta.helm.sh/release-name" not in ((live.get("metadata") or {}).get("annotations") or {}):
-                self.cluster.request("DELETE", path)
+        owned = {
+            "metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace},
+            }
+        }
+        for manifest, base in (
+            ("00-namespace.yaml", "/api/v1/namespaces"),
+            ("10-priorityclasses.yaml", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+        ):
+            for doc in yaml.safe_load_all((REPO / "manifests" / manifest).read_text()):
+                if not doc or doc.get("kind") not in ("Namespace", "PriorityClass"):
+                    continue
+                path = f"{base}/{doc['metadata']['name']}"
+                try:
+                    live = self.cluster.request("GET", path)
+                except ClusterError:
+                    continue  # not there (or unreadable: then helm install says why)
+                if "meta.helm.sh/release-name" not in ((live.get("metadata") or {}).get("annotations") or {}):
+                    self.cluster.request("PATCH", path, owned, "application/merge-patch+json")
 
     def upgrade(self, release: str, chart: Path, namespace: str, values: Path) -> None:
         self("upgrade", release, str(chart), "--namespace", namespace, "--values", str(values))
