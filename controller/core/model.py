@@ -24,13 +24,13 @@ from typing import Any, NamedTuple
 
 from controller.core.container_facts import SMALL_NUMBERS
 from controller.core.pod_facts import (
-    PHASE_PENDING,
     PHASE_RUNNING,
     PodFacts,
     PodKey,
     PodProblem,
     PodRef,
     ReadCache,
+    is_vendor_resource,
     parse_pod,
     problem_of,
 )
@@ -133,8 +133,7 @@ class ShadowPod(NamedTuple):
         real: set[str] = set()
         for c in facts.containers:  # a loop, not a comprehension: this runs for every shadow read
             for r, _ in c.resources:
-                # is_vendor_resource, inlined
-                if "/" in r and not r.startswith(keys.RESOURCE_PREFIX) and "kubernetes.io/" not in r:
+                if is_vendor_resource(r):
                     real.add(r)
         if len(real) != 1:
             raise InvalidObject(
@@ -167,8 +166,8 @@ class SharePod(NamedTuple):
     @property
     def is_pending(self) -> bool:
         """Waiting for a slot: unscheduled, not gated, not being deleted (docs/controller.md)."""
-        facts = self.facts  # is_unscheduled, inlined: the leader asks this of every sharer on each pass
-        return not facts.node_name and facts.phase == PHASE_PENDING and not facts.is_gated and not facts.is_terminating
+        facts = self.facts
+        return facts.is_unscheduled and not facts.is_gated and not facts.is_terminating
 
     @property
     def holds_slots(self) -> bool:
@@ -288,8 +287,7 @@ SnapshotMemo = PodMemo[_Read]
 def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys, cache: ReadCache) -> _Read:
     try:
         facts = parse_pod(raw, cache)
-        # is_shadow, inlined: this runs for every pod read
-        if facts.ref.namespace == keys.SHADOW_NAMESPACE and facts.labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW:
+        if is_shadow(facts):
             return facts, ShadowPod.from_facts(facts, share_keys)
         sharer = SharePod.from_facts(facts, default_pool, share_keys)
         if sharer is not None:
