@@ -20,6 +20,8 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from controller._pb import podresources_pb2, podresources_pb2_grpc
+from controller.io.podresources import PodResourcesClient
 from deviceplugins import AdvertisedDevice, FakeGpuPlugin, PluginManager, ShadowSlots, create_fake_gpu_nodes
 from deviceplugins.server import socket_identity
 from localcluster.cluster import Cluster
@@ -267,3 +269,22 @@ def test_real_kubelet_fake_gpus_and_spot(cluster: Cluster, tmp_path: Any) -> Non
             cluster.kubectl("delete", "pod", n, "--wait=false", check=False)
         spot.stop()
         vendor.stop()
+
+
+def test_podresources_calls_stay_under_the_real_kubelets_limit(cluster: Cluster) -> None:  # noqa: F811
+    """kubelet refuses pod-resources calls past 100/s (burst 10); the agent's client waits its turn instead."""
+    refused = 0
+    with grpc.insecure_channel(f"unix:{cluster.pod_resources_socket}") as channel:
+        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        for _ in range(60):  # back to back, as passes on every pod event of a busy cluster were
+            try:
+                stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=5)
+            except grpc.RpcError as exc:
+                if not isinstance(exc, grpc.Call) or exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                refused += 1
+    assert refused > 0  # the limit is kubelet's own, not the test's
+    time.sleep(0.2)  # its bucket refills
+    with PodResourcesClient(str(cluster.pod_resources_socket), timeout_s=5) as client:
+        for _ in range(60):
+            client.list()  # a refusal raises PodResourcesError, naming RESOURCE_EXHAUSTED

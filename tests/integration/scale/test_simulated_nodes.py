@@ -30,6 +30,11 @@ def test_sharers_on_simulated_nodes_share_their_shadows_and_the_idle_ones_go(
         assert check_sharers(world.pods(), shadows) == []
         assert len(shadows) == SHARERS // SHARE_N
         assert len({s["metadata"]["name"] for s in shadows}) == len(shadows)
+        # Once each: the pass after a create counts the shadow the API server answered with
+        # (PodCache.assume), so no create is repeated against a watch that has not caught up.
+        log = world.agent.log_text()
+        assert log.count("decision=create-shadow") == len(shadows), log[-3000:]
+        assert "shadow already exists" not in log
         assert world.node_side is not None and world.node_side.refused == set()
         # The node side advertised what the product's rule says: N slots per Running shadow.
         on_node: dict[str, int] = {}
