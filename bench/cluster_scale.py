@@ -18,7 +18,12 @@ Printed per size: seconds per bound pod for both (all pods' wall time over their
 and their ratio (goal <= 1.5), each pod's time from create to bound (median and p90,
 bench/stats.py), the leader's CPU seconds and peak RSS (goal <= 300 MiB), the agent's API
 requests per sharer (goal <= 3; counted by the API server, see localcluster/scale.py), the
-idle GC time; then the growth of each figure from one size to the next.
+idle GC time, and per phase the CPU seconds each process spent (control plane, kwok, the
+leader, this process); then the growth of each figure from one size to the next.
+
+The benchmark shares the machine's cores with what it measures, so the timed part asks the
+API server nothing beyond the creates: each pod's bound time, and each shadow's stages, are
+noted by the node side's own watch when the event arrives (``localcluster.scale.StageClock``).
 
     .venv/bin/python bench/cluster_scale.py [--nodes 100,300,1000] [--idle 15] [--json FILE]
 """
@@ -29,10 +34,10 @@ import argparse
 import concurrent.futures
 import itertools
 import json
+import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -44,15 +49,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.stats import median, percentile
 from localcluster.bringup import running_cluster
 from localcluster.scale import (
+    SHADOW_STAGES,
     SHARE_N,
-    SHARE_RESOURCE,
+    THIS_PROCESS,
     ScaleWorld,
     SchedulerCounts,
+    StageClock,
     agent_requests,
     api_writes,
     check_sharers,
+    cpu_between,
+    level_reached_at,
     plain,
     process_usage,
+    reached_at,
     scheduler_counts,
     sharer,
     writes_between,
@@ -93,12 +103,20 @@ class Row:
     plain_scheduler: SchedulerCounts
     sharer_scheduler: SchedulerCounts
     # Seconds from the first sharer's create until each pipeline stage reached PIPELINE_FRACTIONS
-    # of its final count (None: never reached).
+    # of its final count (None: never reached), from each pod's own time (StageClock).
     pipeline: dict[str, tuple[float | None, ...]]
     # Every client's writes the API server served while each phase's pods were placed, by kind
     # (localcluster.scale.api_writes): what the phase asked of a control plane short of CPU.
     plain_writes: dict[str, float]
     sharer_writes: dict[str, float]
+    # CPU seconds by process while each phase's pods were placed, and the seconds that took:
+    # where the machine's time went, the benchmark's own included.
+    plain_cpu: dict[str, float]
+    plain_cpu_wall_s: float
+    sharer_cpu: dict[str, float]
+    sharer_cpu_wall_s: float
+    # Pods seen bound before their create returned (plain, sharers); their create-to-bound is 0 s.
+    early: tuple[int, int]
 
     @property
     def ratio(self) -> float:
@@ -109,76 +127,57 @@ class Row:
         return self.requests / self.sharers
 
 
-# The stages a sharer's burst goes through, in order; ``Timeline`` records when each count grows.
+# The stages a sharer's burst goes through, in order; ``StageClock`` records when each pod reached each.
 STAGES = (
     "sharers created",
-    "shadows created",
-    "shadows bound",
-    "shadows Running",
+    *SHADOW_STAGES,
     "slots advertised",
     "sharers bound",
 )
 
 
-@dataclass
-class Timeline:
-    """How far each stage of the shadow pipeline had come at each poll: (seconds since the first
-    create, count). Read at the end as the time each stage reached 50 %, 90 % and all of its
-    final count, which shows where a burst of sharers waits."""
+@dataclass(frozen=True)
+class Phase:
+    """One burst of pods, created at once and waited for until every one is bound."""
 
-    samples: dict[str, list[tuple[float, int]]]
-
-    @classmethod
-    def empty(cls) -> Timeline:
-        return cls({s: [] for s in STAGES})
-
-    def add(self, at: float, counts: dict[str, int]) -> None:
-        for stage, n in counts.items():
-            self.samples[stage].append((at, n))
-
-    def reached(self, stage: str, fraction: float) -> float | None:
-        points = self.samples[stage]
-        if not points:
-            return None
-        goal = fraction * max(n for _, n in points)
-        return next((at for at, n in points if n >= goal and n > 0), None)
+    wall_s: float  # from the first create until the last pod was seen bound
+    each: list[float]  # each pod's create-to-bound seconds
+    early: int  # pods the watch saw bound before their create returned (counted as 0 s)
+    cpu: dict[str, float]  # CPU seconds by process from just before the first create until all were bound
+    cpu_wall_s: float  # the seconds those CPU seconds were spent in
+    pipeline: dict[str, tuple[float | None, ...]]
 
 
-def _pipeline_counts(world: ScaleWorld, created: int, bound: int) -> dict[str, int]:
-    shadows = world.shadows()
-    node_side = world.node_side
-    slots = 0
-    if node_side is not None:
-        slots = sum(node_side.capacity_published(n).get(SHARE_RESOURCE, 0) for n in world.nodes)
-    return {
-        "sharers created": created,
-        "shadows created": len(shadows),
-        "shadows bound": sum(1 for s in shadows if (s.get("spec") or {}).get("nodeName")),
-        "shadows Running": sum(1 for s in shadows if (s.get("status") or {}).get("phase") == "Running"),
-        "slots advertised": slots,
-        "sharers bound": bound,
+def _pipeline(
+    stages: StageClock, created: dict[str, float], bound: dict[str, float], t0: float
+) -> dict[str, tuple[float | None, ...]]:
+    """Seconds from ``t0`` until each stage reached PIPELINE_FRACTIONS of its final count (None: never)."""
+    times = {
+        "sharers created": sorted(created.values()),
+        **stages.shadow_times(),
+        "sharers bound": sorted(bound.values()),
     }
+    slots = stages.slots()
+    out: dict[str, tuple[float | None, ...]] = {}
+    for stage in STAGES:
+        at = [
+            level_reached_at(slots, f) if stage == "slots advertised" else reached_at(times[stage], f)
+            for f in PIPELINE_FRACTIONS
+        ]
+        out[stage] = tuple(None if a is None else a - t0 for a in at)
+    return out
 
 
-def _create_and_bind(
-    world: ScaleWorld, manifests: list[dict[str, Any]], timeout_s: float, timeline: Timeline | None = None
-) -> tuple[float, list[float]]:
-    """Create all, wait until all are bound: (wall seconds, each pod's create-to-bound seconds).
+def _create_and_bind(world: ScaleWorld, manifests: list[dict[str, Any]], timeout_s: float) -> Phase:
+    """Create all at once, wait until all are bound; each stage's time as the node side's watch saw it.
 
-    With a ``timeline``, the pipeline's counts are sampled alongside (a thread, every 0.5 s)."""
+    Nothing here asks the API server how far the burst has come: the wait reads the stage
+    clock in this process, so the timed part costs the control plane only the creates."""
+    stages = world.stages
+    stages.reset()
     created: dict[str, float] = {}
-    bound: dict[str, float] = {}
+    cpu0 = world.cpu()
     t0 = time.monotonic()
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.5):
-            assert timeline is not None
-            timeline.add(time.monotonic() - t0, _pipeline_counts(world, len(created), len(bound)))
-
-    sampler = threading.Thread(target=sample, name="timeline", daemon=True)
-    if timeline is not None:
-        sampler.start()
 
     def make(m: dict[str, Any]) -> None:
         world.client.create_pod(m)
@@ -187,29 +186,26 @@ def _create_and_bind(
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for f in [pool.submit(make, m) for m in manifests]:
             f.result()
-
-    def all_bound() -> bool:
-        now = time.monotonic()
-        for p in world.pods():
-            if (p.get("spec") or {}).get("nodeName"):
-                bound.setdefault(p["metadata"]["name"], now)
-        return len(bound) == len(manifests)
-
-    try:
-        world.wait(f"{len(manifests)} pods bound", all_bound, timeout_s, poll_s=0.5)
-    finally:
-        done.set()
-        if timeline is not None:
-            sampler.join()
-            timeline.add(time.monotonic() - t0, _pipeline_counts(world, len(created), len(bound)))
-    wall = max(bound.values()) - t0
-    return wall, [bound[n] - created[n] for n in created]
+    world.wait(f"{len(manifests)} pods bound", lambda: len(stages.bound()) >= len(manifests), timeout_s, poll_s=0.5)
+    cpu1, t1 = world.cpu(), time.monotonic()
+    bound = stages.bound()
+    # The watch can report a pod bound before its POST has returned here (the scheduler is quick
+    # and this process's create thread slow): that pod's create-to-bound counts as 0 s.
+    each = [bound[n] - created[n] for n in created]
+    return Phase(
+        wall_s=max(bound[n] for n in created) - t0,
+        each=[max(0.0, e) for e in each],
+        early=sum(1 for e in each if e < 0),
+        cpu=cpu_between(cpu0, cpu1),
+        cpu_wall_s=t1 - t0,
+        pipeline=_pipeline(stages, created, bound, t0),
+    )
 
 
 def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
     n_plain, n_sharers = PLAIN_PER_NODE * nodes, SHARERS_PER_NODE * nodes
     sched0, writes0 = scheduler_counts(world.cluster), api_writes(world.cluster)
-    plain_wall, plain_each = _create_and_bind(world, [plain(f"plain-{i}") for i in range(n_plain)], timeout_s)
+    plain_phase = _create_and_bind(world, [plain(f"plain-{i}") for i in range(n_plain)], timeout_s)
     sched1, writes1 = scheduler_counts(world.cluster), api_writes(world.cluster)
     world.delete_all(timeout_s)
 
@@ -217,10 +213,7 @@ def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
     passes0 = int(world.agent.status()["passes"])
     node0 = world.node_side.writer.requests if world.node_side is not None else 0
     sched2, writes2 = scheduler_counts(world.cluster), api_writes(world.cluster)
-    timeline = Timeline.empty()
-    sharer_wall, sharer_each = _create_and_bind(
-        world, [sharer(f"sharer-{i}") for i in range(n_sharers)], timeout_s, timeline
-    )
+    sharer_phase = _create_and_bind(world, [sharer(f"sharer-{i}") for i in range(n_sharers)], timeout_s)
     sched3, writes3 = scheduler_counts(world.cluster), api_writes(world.cluster)
     records_s = world.wait("every sharer recorded", lambda: world.records_written(n_sharers), timeout_s)
     requests1, usage1 = agent_requests(world.cluster), process_usage(world.agent.pid)
@@ -238,12 +231,12 @@ def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
         plain=n_plain,
         sharers=n_sharers,
         shadows=len(shadows),
-        plain_s_per_pod=plain_wall / n_plain,
-        sharer_s_per_pod=sharer_wall / n_sharers,
-        plain_median_s=median(plain_each),
-        plain_p90_s=percentile(plain_each, 90),
-        sharer_median_s=median(sharer_each),
-        sharer_p90_s=percentile(sharer_each, 90),
+        plain_s_per_pod=plain_phase.wall_s / n_plain,
+        sharer_s_per_pod=sharer_phase.wall_s / n_sharers,
+        plain_median_s=median(plain_phase.each),
+        plain_p90_s=percentile(plain_phase.each, 90),
+        sharer_median_s=median(sharer_phase.each),
+        sharer_p90_s=percentile(sharer_phase.each, 90),
         records_s=records_s,
         leader_cpu_s=usage1.cpu_s - usage0.cpu_s,
         leader_peak_rss_mib=usage1.peak_rss_mib,
@@ -256,9 +249,14 @@ def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
         problems=tuple(problems),
         plain_scheduler=sched1 - sched0,
         sharer_scheduler=sched3 - sched2,
-        pipeline={s: tuple(timeline.reached(s, f) for f in PIPELINE_FRACTIONS) for s in STAGES},
+        pipeline=sharer_phase.pipeline,
         plain_writes=writes_between(writes0, writes1),
         sharer_writes=writes_between(writes2, writes3),
+        plain_cpu=plain_phase.cpu,
+        plain_cpu_wall_s=plain_phase.cpu_wall_s,
+        sharer_cpu=sharer_phase.cpu,
+        sharer_cpu_wall_s=sharer_phase.cpu_wall_s,
+        early=(plain_phase.early, sharer_phase.early),
     )
 
 
@@ -315,6 +313,13 @@ def render(rows: Sequence[Row], idle_s: float) -> str:
                 "for its client's QPS"
             )
         lines.append(_writes_line(r))
+        lines.append(cpu_line("plain", r.plain_cpu, r.plain_cpu_wall_s))
+        lines.append(cpu_line("sharers", r.sharer_cpu, r.sharer_cpu_wall_s))
+        if any(r.early):
+            lines.append(
+                f"  seen bound before their create returned (create-to-bound counted as 0 s): "
+                f"{r.early[0]} plain, {r.early[1]} sharers"
+            )
         lines.append(
             "  sharers' pipeline, seconds from the first create until each stage reached "
             + " / ".join(f"{f:.0%}" for f in PIPELINE_FRACTIONS)
@@ -325,6 +330,16 @@ def render(rows: Sequence[Row], idle_s: float) -> str:
             lines.append(f"    {stage:<17} {shown}")
         lines += [f"  PROBLEM: {p}" for p in r.problems[:20]]
     return "\n".join(lines)
+
+
+def cpu_line(what: str, cpu: dict[str, float], wall_s: float, cores: int | None = None) -> str:
+    """CPU seconds by process over one phase, most first, this process last, against what the cores had."""
+    cores = cores or os.cpu_count() or 1
+    others = sorted(((n, s) for n, s in cpu.items() if n != THIS_PROCESS), key=lambda kv: (-kv[1], kv[0]))
+    if THIS_PROCESS in cpu:
+        others.append((THIS_PROCESS, cpu[THIS_PROCESS]))
+    parts = ", ".join(f"{name} {secs:.1f}" for name, secs in others)
+    return f"  CPU s by process, {what}: {parts} (total {sum(cpu.values()):.1f} of {cores} cores x {wall_s:.1f} s wall)"
 
 
 def _writes_line(r: Row) -> str:

@@ -6,7 +6,9 @@ Used by ``bench/cluster_scale.py`` and ``tests/integration/scale``. The pieces:
 - ``gpushare agent`` runs unchanged as a host process for the real node; as the only agent it
   holds the Lease and plans shadows for the whole cluster. It talks to the API server as its
   own user (``AGENT_USER``), so the API server can count its requests (below);
-- ``SimulatedNodeAgents`` (``localcluster/sim_nodes.py``) does each simulated node's agent work.
+- ``SimulatedNodeAgents`` (``localcluster/sim_nodes.py``) does each simulated node's agent work;
+  its one watch over every pod also feeds ``StageClock``, which notes when each pod of a phase
+  reached each stage, so that timing a phase costs the API server nothing.
 
 **Counting the agent's requests.** ``apiserver_request_total`` has no label for the client,
 so it cannot tell the agent's requests from the scheduler's, kwok's or the test's. The API
@@ -21,9 +23,11 @@ import concurrent.futures
 import contextlib
 import http.client
 import json
+import math
 import os
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -227,6 +231,126 @@ def _pod(name: str, limits: Mapping[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
 
 
+SHADOW_STAGES = ("shadows created", "shadows bound", "shadows Running")
+
+
+class StageClock:
+    """When each pod of a phase first reached each stage, as the node side's watch saw it.
+
+    ``pod_seen`` and ``capacity_published`` are the node side's ``PodObserver``: called from its
+    watch thread and its node passes with ``time.monotonic()`` at the moment each event was
+    handled, so a stage's time is when it happened (give or take the watch's delay), however
+    rarely anyone looks. A test pod (namespace ``NAMESPACE``) is bound the first time it is seen
+    with ``spec.nodeName``; a shadow is created, bound and Running the first time it is seen at
+    all, with ``spec.nodeName``, with ``status.phase`` Running. ``reset()`` starts a phase: what
+    was seen before it (by uid) no longer counts, so a late event of the last phase's pods
+    cannot pass for this one's.
+    """
+
+    def __init__(self, resource: str = SHARE_RESOURCE) -> None:
+        self.resource = resource
+        self._lock = threading.Lock()
+        self._known: set[str] = set()  # uids seen since the last reset
+        self._ignored: set[str] = set()  # uids seen before it
+        self._bound: dict[str, float] = {}  # test pod name -> first seen bound
+        self._shadows: dict[str, dict[str, float]] = {s: {} for s in SHADOW_STAGES}  # stage -> uid -> time
+        self._published: dict[str, int] = {}  # node -> its count of ``resource``
+        self._slots: list[tuple[float, int]] = []  # (time, all nodes' count) at each change since the reset
+
+    def reset(self) -> None:
+        with self._lock:
+            self._ignored |= self._known
+            self._known = set()
+            self._bound = {}
+            self._shadows = {s: {} for s in SHADOW_STAGES}
+            self._slots = []
+
+    def pod_seen(self, event: str, pod: Mapping[str, Any], at: float) -> None:
+        if event == "DELETED":
+            return
+        meta = pod.get("metadata") or {}
+        namespace, uid = meta.get("namespace"), str(meta.get("uid", ""))
+        role = (meta.get("labels") or {}).get(keys.LABEL_ROLE)
+        shadow = namespace == keys.SHADOW_NAMESPACE and role == keys.ROLE_SHADOW
+        if not (shadow or namespace == NAMESPACE):
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        with self._lock:
+            if uid in self._ignored:
+                return
+            self._known.add(uid)
+            if not shadow:
+                if node:
+                    self._bound.setdefault(str(meta.get("name", "")), at)
+                return
+            reached = (True, bool(node), (pod.get("status") or {}).get("phase") == "Running")
+            for stage, now in zip(SHADOW_STAGES, reached, strict=True):
+                if now:
+                    self._shadows[stage].setdefault(uid, at)
+
+    def capacity_published(self, node: str, resource: str, count: int, at: float) -> None:
+        if resource != self.resource:
+            return
+        with self._lock:
+            self._published[node] = count
+            self._slots.append((at, sum(self._published.values())))
+
+    def bound(self) -> dict[str, float]:
+        """Test pod name -> when it was first seen bound, since the reset."""
+        with self._lock:
+            return dict(self._bound)
+
+    def shadow_times(self) -> dict[str, list[float]]:
+        """Each shadow stage's times since the reset, one per shadow that reached it, in order."""
+        with self._lock:
+            return {stage: sorted(times.values()) for stage, times in self._shadows.items()}
+
+    def slots(self) -> list[tuple[float, int]]:
+        """(time, all nodes' published count of ``resource``) at each change since the reset."""
+        with self._lock:
+            return list(self._slots)
+
+
+def reached_at(times: list[float], fraction: float) -> float | None:
+    """When a count fed by these (sorted) times reached ``fraction`` of its final value."""
+    if not times:
+        return None
+    return times[max(1, math.ceil(fraction * len(times))) - 1]
+
+
+def level_reached_at(series: list[tuple[float, int]], fraction: float) -> float | None:
+    """When a level reported at each change first stood at ``fraction`` of its highest (above 0)."""
+    if not series:
+        return None
+    goal = fraction * max(n for _, n in series)
+    return next((at for at, n in series if n >= goal and n > 0), None)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process so far; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+THIS_PROCESS = "this process"
+
+
+def cpu_by_process(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each named process (those gone left out) and of this process (``THIS_PROCESS``)."""
+    out = {name: cpu for name, pid in pids.items() if pid > 0 and (cpu := cpu_seconds(pid)) is not None}
+    own = os.times()
+    out[THIS_PROCESS] = own.user + own.system
+    return out
+
+
+def cpu_between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Each process's CPU seconds between two reads of ``cpu_by_process`` (those in both)."""
+    return {name: after[name] - before[name] for name in after if name in before}
+
+
 @dataclass(frozen=True)
 class ProcessUsage:
     cpu_s: float
@@ -259,6 +383,7 @@ class ScaleWorld:
         self.cfg: Config = load_config(path=str(self.agent.config_path))
         self.nodes: list[str] = []
         self.node_side: SimulatedNodeAgents | None = None
+        self.stages = StageClock()  # fed by every node side this world starts
         self._agent_kubeconfig = agent_kubeconfig(cluster, side)
 
     def start(self, nodes: int) -> None:
@@ -279,8 +404,13 @@ class ScaleWorld:
         self.nodes = names
         if self.node_side is not None:
             self.node_side.stop()
-        self.node_side = SimulatedNodeAgents(self.cluster, self.cfg, self.nodes)
+        self.node_side = SimulatedNodeAgents(self.cluster, self.cfg, self.nodes, observer=self.stages)
         self.node_side.start()
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the control plane's processes, kwok, the agent and this process."""
+        pids = {**self.cluster.pids, "kwok": self.kwok.process.pid, "leader agent": self.agent.pid}
+        return cpu_by_process(pids)
 
     def close(self) -> None:
         """Undo everything, simulated nodes last but one: nothing of this world may outlive it."""
@@ -408,15 +538,23 @@ __all__ = [
     "AGENT_USER",
     "FLOW_SCHEMA",
     "NAMESPACE",
+    "SHADOW_STAGES",
     "SHARE_RESOURCE",
+    "THIS_PROCESS",
     "ProcessUsage",
     "ScaleWorld",
+    "StageClock",
     "agent_kubeconfig",
     "agent_requests",
     "api_writes",
     "check_sharers",
+    "cpu_between",
+    "cpu_by_process",
+    "cpu_seconds",
+    "level_reached_at",
     "plain",
     "process_usage",
+    "reached_at",
     "scale_world",
     "sharer",
     "writes_between",

@@ -22,7 +22,9 @@ node whose pods changed:
   back, so nothing else holds a withdrawal.
 
 It reads pods with the product's ``PodCache`` (one list+watch over every pod) in a thread
-of the test process.
+of the test process, through ``NodeIndexedPodCache``, which keeps them indexed by node so that
+a pass costs what changed, not every pod of the cluster; the same watch tells an observer
+(``PodObserver``, the benchmark's stage clock) when each pod reached each stage.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from controller.applier import Applier
 from controller.core.actions import PublishCapacity
@@ -42,7 +45,7 @@ from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot
 from controller.core.pod_facts import PodRef
 from controller.core.shadow_drain import is_drained, is_draining
-from controller.io.kube_client import KubeClient
+from controller.io.kube_client import KubeClient, WatchEvent
 from controller.io.pod_cache import PodCache
 from controller.node_pass import PassParts, plan_node
 from deviceplugins.policies import prefer_share
@@ -56,6 +59,124 @@ _TERMINAL = ("Succeeded", "Failed")
 WORKERS = 8
 
 
+class PodObserver(Protocol):
+    """Told, on the node side's own threads, what its watch sees and what its nodes publish."""
+
+    def pod_seen(self, event: str, pod: Mapping[str, Any], at: float) -> None:
+        """A pod as a watch event (``ADDED``, ``MODIFIED``, ``DELETED``) or a LIST (``LISTED``) showed it."""
+
+    def capacity_published(self, node: str, resource: str, count: int, at: float) -> None:
+        """A node's status now shows ``count`` of ``resource``."""
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _node_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+@dataclass(frozen=True)
+class DueNodes:
+    """What one node-side pass takes from the cache: the nodes whose pods changed, with their pods."""
+
+    fresh: bool  # a full LIST replaced the cache since the previous take: every node is due
+    pods: dict[str, tuple[Mapping[str, Any], ...]]  # due node -> its pods now
+    deleted_shadows: frozenset[PodRef]  # shadows seen DELETED on the watch since the last full LIST
+
+
+class NodeIndexedPodCache(PodCache):
+    """The product's ``PodCache``, its pods also indexed by node, with the nodes changed since the last take.
+
+    A pass over a thousand nodes would otherwise walk every pod of the cluster on every wake,
+    and a burst wakes it back to back. The base class's bookkeeping is unchanged: the index is
+    kept beside it, under the same lock (re-entrant here, so ``apply`` can hold it around the
+    base class's). After a full LIST the next take rebuilds the index from the cache and names
+    every node, as a fresh view makes every node's pass due.
+    """
+
+    def __init__(
+        self, client: KubeClient, *, on_change: Callable[[], None], observer: PodObserver | None = None
+    ) -> None:
+        super().__init__(client, on_change=on_change)
+        self._lock = threading.RLock()  # type: ignore[assignment]  # held around the base class's apply
+        self._observer = observer
+        self._on_node: dict[str, dict[str, Mapping[str, Any]]] = {}
+        self._indexed_node: dict[str, str] = {}  # pod key -> the node it is indexed under
+        self._changed: set[str] = set()
+        self._deleted_shadows: set[PodRef] = set()
+
+    def relist(self) -> None:
+        super().relist()
+        if self._observer is not None:
+            at = time.monotonic()
+            with self._lock:
+                pods = list(self._pods.values())
+            for pod in pods:
+                self._observer.pod_seen("LISTED", pod, at)
+
+    def apply(self, event: WatchEvent) -> None:
+        at = time.monotonic()
+        with self._lock:
+            super().apply(event)
+            if event.type != "BOOKMARK":
+                self._index(event)
+        if self._observer is not None and event.type != "BOOKMARK":
+            self._observer.pod_seen(event.type, event.obj, at)
+
+    def _index(self, event: WatchEvent) -> None:
+        """Under the lock: the pod's old node and its new one are due (a deletion: the old one).
+
+        A pod that stays on its node keeps its place there, as it does in the cache: the node's
+        pods reach its pass in the order the base class's view would give them."""
+        key = _pod_key(event.obj)
+        node = "" if event.type == "DELETED" else _node_of(event.obj)
+        old = self._indexed_node.get(key)
+        if old is not None and old == node:
+            self._on_node[old][key] = event.obj
+            self._changed.add(old)
+            return
+        if old is not None:
+            del self._indexed_node[key]
+            self._on_node[old].pop(key, None)
+            self._changed.add(old)
+        if event.type == "DELETED":
+            meta = event.obj.get("metadata") or {}
+            if meta.get("namespace") == keys.SHADOW_NAMESPACE:
+                self._deleted_shadows.add(
+                    PodRef(keys.SHADOW_NAMESPACE, str(meta.get("name", "")), str(meta.get("uid", "")))
+                )
+            return
+        if node:
+            self._on_node.setdefault(node, {})[key] = event.obj
+            self._indexed_node[key] = node
+            self._changed.add(node)
+
+    def _reindex(self) -> None:
+        """Under the lock, after a full LIST: the index from the cache itself."""
+        self._on_node, self._indexed_node = {}, {}
+        for key, pod in self._pods.items():
+            if node := _node_of(pod):
+                self._on_node.setdefault(node, {})[key] = pod
+                self._indexed_node[key] = node
+        self._changed = set(self._on_node)
+        self._deleted_shadows = {r for r in self._deleted if r.namespace == keys.SHADOW_NAMESPACE}
+
+    def take_due(self, also: Iterable[str] = ()) -> DueNodes | None:
+        """The nodes changed since the last take, and ``also``, with their pods; None before the first LIST."""
+        with self._lock:
+            if not self._synced:
+                return None
+            fresh, self._fresh = self._fresh, False
+            if fresh:
+                self._reindex()
+            due, self._changed = self._changed | set(also), set()
+            pods = {n: tuple(self._on_node.get(n, {}).values()) for n in due}
+            return DueNodes(fresh, pods, frozenset(self._deleted_shadows))
+
+
 class NodeStatusPlugins:
     """``DevicePlugins`` for a node without kubelet: a device list becomes the node's capacity.
 
@@ -63,10 +184,11 @@ class NodeStatusPlugins:
     hundreds of nodes at once); without one, each patch is a ``Cluster.request``.
     """
 
-    def __init__(self, cluster: Cluster, node: str, core: Any = None) -> None:
+    def __init__(self, cluster: Cluster, node: str, core: Any = None, observer: PodObserver | None = None) -> None:
         self.cluster = cluster
         self.node = node
         self._core = core
+        self._observer = observer
         self.devices: dict[str, tuple[str, ...]] = {}
         self.published: dict[str, int] = {}  # the count the node's status shows, as this side wrote it
         self.patches = 0
@@ -109,6 +231,8 @@ class NodeStatusPlugins:
             self.cluster.request("PATCH", f"/api/v1/nodes/{self.node}/status", body, "application/merge-patch+json")
         self.published[resource] = count
         self.patches += 1
+        if self._observer is not None:
+            self._observer.capacity_published(self.node, resource, count, time.monotonic())
 
     def set_spot_health(self, real_id: str, healthy: bool) -> None:
         return None
@@ -200,15 +324,20 @@ class SimulatedNodeAgents:
         *,
         client: KubeClient | None = None,
         clock: Callable[[], float] = time.time,
+        observer: PodObserver | None = None,
     ) -> None:
         self.cluster = cluster
         self.cfg = cfg
         self._client = client or KubeClient.from_kubeconfig(str(cluster.kubeconfig))
         self._owns_client = client is None
         self._clock = clock
+        self._observer = observer
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._cache = PodCache(self._client, on_change=self._wake.set)
+        self._cache = NodeIndexedPodCache(self._client, on_change=self._wake.set, observer=observer)
+        # Nodes a pass asked to be passed again with no pod event (a new list, a settle time).
+        self._again: set[str] = set()
+        self._again_lock = threading.Lock()
         # The node agents' own requests (records, evictions, Events); not the capacity patches,
         # which on a real node are kubelet's.
         self.writer = CountingWriter(self._client)
@@ -228,7 +357,7 @@ class SimulatedNodeAgents:
         self.refused: set[str] = set()
 
     def _new_node(self, name: str) -> _Node:
-        plugins = NodeStatusPlugins(self.cluster, name, self._core)
+        plugins = NodeStatusPlugins(self.cluster, name, self._core, self._observer)
         # The node side writes the node's status itself, so it lowers a count without reading it.
         applier = Applier(
             client=self.writer,
@@ -276,25 +405,23 @@ class SimulatedNodeAgents:
                 log.exception("simulated node pass failed")
 
     def pass_once(self) -> None:
-        view = self._cache.view()
-        if not view.is_synced:
+        with self._again_lock:
+            again, self._again = self._again, set()
+        taken = self._cache.take_due(also=again)
+        if taken is None:
             return
-        by_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in self._nodes}
-        for pod in view.pods:
-            node = str((pod.get("spec") or {}).get("nodeName") or "")
-            if node in by_node:
-                by_node[node].append(pod)
-        deleted = [r for r in view.deleted if r.namespace == keys.SHADOW_NAMESPACE]
+        candidates = self._nodes if taken.fresh else [n for n in taken.pods if n in self._nodes]
+        deleted = list(taken.deleted_shadows)
         due = []
-        for name, pods in by_node.items():
-            state = self._nodes[name]
+        for name in candidates:
+            state, pods = self._nodes[name], list(taken.pods.get(name, ()))
             seen = frozenset((str(p["metadata"].get("uid")), str(p["metadata"].get("resourceVersion"))) for p in pods)
-            if seen != state.seen or view.is_fresh:
+            if seen != state.seen or taken.fresh:
                 state.seen = seen
                 due.append((state, pods))
         # Nodes are independent, as their agents are: their passes (mostly API writes) run side by side.
         with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-            for done in [pool.submit(self._node_pass, st, pods, view.is_fresh, deleted) for st, pods in due]:
+            for done in [pool.submit(self._node_pass, st, pods, taken.fresh, deleted) for st, pods in due]:
                 done.result()
         self.passes += 1
 
@@ -325,6 +452,8 @@ class SimulatedNodeAgents:
             # A new list can admit sharers that were waiting for it, and a settle time ends with
             # no pod event to mark it: pass this node again next time.
             state.seen = frozenset()
+            with self._again_lock:
+                self._again.add(state.cfg.node_name)
             self._wake.set()
 
     def _allocate(self, state: _Node, pods: list[Mapping[str, Any]]) -> list[PodResourcesEntry]:
@@ -353,4 +482,4 @@ class SimulatedNodeAgents:
         return [row for rows in state.allocated.values() for row in rows]
 
 
-__all__ = ["NodeStatusPlugins", "SimulatedNodeAgents"]
+__all__ = ["DueNodes", "NodeIndexedPodCache", "NodeStatusPlugins", "PodObserver", "SimulatedNodeAgents"]

@@ -4,6 +4,7 @@ manager and records, and the settled-world check (localcluster/kwok.py, sim_node
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import yaml
@@ -13,8 +14,17 @@ from controller.io.kube_client import WatchEvent
 from gpushare import keys
 from gpushare.config import load_config
 from localcluster.kwok import SIMULATED_LABEL, kwok_config_text, node_manifest, sim_node_names
-from localcluster.scale import check_sharers
-from localcluster.sim_nodes import SimulatedNodeAgents
+from localcluster.scale import (
+    NAMESPACE,
+    THIS_PROCESS,
+    StageClock,
+    check_sharers,
+    cpu_between,
+    cpu_by_process,
+    level_reached_at,
+    reached_at,
+)
+from localcluster.sim_nodes import NodeIndexedPodCache, SimulatedNodeAgents
 from tests.unit.controller.loop_pods import pod, shadow
 
 CFG = load_config(text="version: v1\nrealResources: [example.com/gpu]\nshareSpecs: [4]\ndevShareSpecs: [2]\n")
@@ -197,3 +207,144 @@ def test_the_settled_world_check_names_each_kind_of_fault() -> None:
     assert any("at most 1 needed" in p for p in check_sharers(good, shadows))
     unrecorded = [_sharer("c", "n1")]
     assert "recorded on 0 shadows" in check_sharers(unrecorded, shadows[:1])[0]
+
+
+# -- the node side's index: a pass costs the pods that changed ------------------------------------
+
+
+def _event(kind: str, p: dict[str, Any]) -> WatchEvent:
+    return WatchEvent(kind, p)  # type: ignore[arg-type]
+
+
+def test_the_index_names_the_nodes_whose_pods_changed_old_and_new_and_the_deleted_shadows() -> None:
+    a, b, waiting = _sharer("a", "n1"), _sharer("b", "n2"), pod("c", ns="team")
+    cache = NodeIndexedPodCache(FakeClient([a, b, waiting]), on_change=lambda: None)  # type: ignore[arg-type]
+    assert cache.take_due() is None  # nothing listed yet: no pass
+    cache.relist()
+    first = cache.take_due()
+    assert first is not None and first.fresh and set(first.pods) == {"n1", "n2"}  # unbound pods on no node
+    assert [p["metadata"]["name"] for p in first.pods["n1"]] == ["a"]
+    quiet = cache.take_due()
+    assert quiet is not None and not quiet.fresh and quiet.pods == {}
+
+    cache.apply(_event("MODIFIED", pod("c", ns="team", node="n3", rv="2")))  # bound: its new node
+    cache.apply(_event("MODIFIED", _sharer("a", "n1") | {"status": {"phase": "Succeeded"}}))
+    cache.apply(_event("BOOKMARK", {"metadata": {"resourceVersion": "9"}}))
+    changed = cache.take_due()
+    assert changed is not None and set(changed.pods) == {"n1", "n3"}
+    assert changed.pods["n1"][0]["status"]["phase"] == "Succeeded"
+
+    cache.apply(_event("ADDED", _sharer("d", "n1")))
+    cache.apply(_event("MODIFIED", _sharer("a", "n1")))  # keeps its place, as in the cache's own view
+    in_order = cache.take_due()
+    assert in_order is not None and [p["metadata"]["name"] for p in in_order.pods["n1"]] == ["a", "d"]
+    assert [p["metadata"]["name"] for p in cache.view().pods if p["spec"]["nodeName"] == "n1"] == ["a", "d"]
+    cache.apply(_event("DELETED", _sharer("d", "n1")))
+
+    cache.apply(_event("MODIFIED", _sharer("b", "n4")))  # a move (not in Kubernetes, but the index holds)
+    cache.apply(_event("DELETED", shadow("s", node="n1", phase="Running")))  # never listed: n1 not touched
+    cache.apply(_event("DELETED", _sharer("a", "n1")))
+    moved = cache.take_due(also=["n9"])
+    assert moved is not None and moved.pods == {"n1": (), "n2": (), "n4": (moved.pods["n4"][0],), "n9": ()}
+    assert moved.deleted_shadows == {PodRef("gpushare-system", "s", "uid-s")}
+
+    cache.relist()  # a full LIST: every node again, the deletions it knows of forgotten
+    fresh = cache.take_due()
+    assert fresh is not None and fresh.fresh and set(fresh.pods) == {"n1", "n2"} and fresh.deleted_shadows == set()
+
+
+def _passed(agents: SimulatedNodeAgents) -> list[str]:
+    """Run one pass; the nodes it passed."""
+    names: list[str] = []
+    real = agents._node_pass
+
+    def note(state: Any, pods: Any, fresh: bool, deleted: Any) -> None:
+        names.append(state.cfg.node_name)
+        real(state, pods, fresh, deleted)
+
+    agents._node_pass = note  # type: ignore[method-assign]
+    agents.pass_once()
+    agents._node_pass = real  # type: ignore[method-assign]
+    return sorted(names)
+
+
+def test_a_pass_visits_every_node_after_a_list_then_only_those_whose_pods_changed() -> None:
+    cluster, client = FakeCluster(), FakeClient([_sharer("a", "sim-0000")])
+    agents = SimulatedNodeAgents(
+        cluster,  # type: ignore[arg-type]
+        CFG,
+        ["sim-0000", "sim-0001"],
+        client=client,  # type: ignore[arg-type]
+        clock=Clock(),
+    )
+    agents._cache.relist()
+    assert _passed(agents) == ["sim-0000", "sim-0001"]  # a fresh LIST: every node, even one without pods
+    assert _passed(agents) == []
+    _bind(agents, _sharer("x", "127.0.0.1"))  # not a simulated node
+    assert _passed(agents) == []
+    _bind(agents, _sharer("b", "sim-0001"))
+    assert _passed(agents) == ["sim-0001"]
+    agents._cache.apply(_event("MODIFIED", _sharer("a", "sim-0000")))  # the same resourceVersion: nothing new
+    assert _passed(agents) == []
+    agents._again.add("sim-0001")  # a pass that published a new list asks for another
+    agents._nodes["sim-0001"].seen = frozenset()
+    assert _passed(agents) == ["sim-0001"]
+
+
+# -- the stage clock: each pod's stage times from the events of one watch ----------------------------
+
+
+def _scale_pod(name: str, node: str = "", uid: str = "") -> dict[str, Any]:
+    p = pod(name, ns=NAMESPACE, node=node, limits={SHARE4: "1"})
+    p["metadata"]["uid"] = uid or f"uid-{name}"
+    return p
+
+
+def test_the_stage_clock_notes_when_each_pod_first_reached_each_stage() -> None:
+    stages = StageClock(SHARE4)
+    stages.pod_seen("ADDED", _scale_pod("s0"), 1.0)
+    stages.pod_seen("MODIFIED", _scale_pod("s0", "n1"), 2.0)
+    stages.pod_seen("MODIFIED", _scale_pod("s0", "n1"), 3.0)  # later events do not move it
+    stages.pod_seen("ADDED", _sharer("elsewhere", "n1"), 1.5)  # not the test namespace
+    stages.pod_seen("DELETED", _scale_pod("s1", "n1"), 1.5)  # a deletion says nothing of binding
+    stages.pod_seen("ADDED", shadow("box-0"), 1.0)
+    stages.pod_seen("MODIFIED", shadow("box-0", node="n1"), 2.5)
+    stages.pod_seen("MODIFIED", shadow("box-0", node="n1", phase="Running"), 4.0)
+    stages.pod_seen("LISTED", shadow("box-1", node="n2", phase="Running"), 5.0)  # first seen Running
+    assert stages.bound() == {"s0": 2.0}
+    assert stages.shadow_times() == {
+        "shadows created": [1.0, 5.0],
+        "shadows bound": [2.5, 5.0],
+        "shadows Running": [4.0, 5.0],
+    }
+    for node, count, at in (("n1", 4, 4.5), ("n2", 4, 5.5), ("n1", 0, 7.0)):
+        stages.capacity_published(node, SHARE4, count, at)
+    stages.capacity_published("n1", "example.com/gpu", 8, 6.0)  # another resource
+    assert stages.slots() == [(4.5, 4), (5.5, 8), (7.0, 4)]
+    assert [level_reached_at(stages.slots(), f) for f in (0.5, 1.0)] == [4.5, 5.5]
+
+
+def test_after_a_reset_only_pods_new_to_the_clock_count() -> None:
+    stages = StageClock(SHARE4)
+    stages.pod_seen("MODIFIED", _scale_pod("s0", "n1"), 1.0)
+    stages.capacity_published("n1", SHARE4, 4, 1.0)
+    stages.reset()
+    assert stages.bound() == {} and stages.slots() == []
+    stages.pod_seen("MODIFIED", _scale_pod("s0", "n1"), 2.0)  # the last phase's pod, late on the watch
+    stages.pod_seen("MODIFIED", _scale_pod("s0", "n2", uid="new"), 3.0)  # this phase's pod of the same name
+    stages.capacity_published("n2", SHARE4, 4, 4.0)
+    assert stages.bound() == {"s0": 3.0}
+    assert stages.slots() == [(4.0, 8)]  # the nodes' counts carry over: the level is the cluster's
+
+
+def test_a_stage_reaches_a_fraction_of_its_count_at_that_pods_time() -> None:
+    times = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert [reached_at(times, f) for f in (0.5, 0.9, 1.0)] == [3.0, 10.0, 10.0]
+    assert reached_at([], 0.5) is None and level_reached_at([], 0.5) is None
+    assert reached_at([7.0], 0.01) == 7.0
+
+
+def test_cpu_seconds_are_read_for_live_processes_and_left_out_for_gone_ones() -> None:
+    got = cpu_by_process({"me": os.getpid(), "gone": 0, "never": 2**22 + 12345})
+    assert set(got) == {"me", THIS_PROCESS} and got["me"] >= 0
+    assert cpu_between({"a": 1.0, "b": 2.0}, {"a": 3.5, "c": 1.0}) == {"a": 2.5}

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from bench.cluster_scale import STAGES, Row, Timeline, parse_nodes, render
-from localcluster.scale import SchedulerCounts
+from bench.cluster_scale import STAGES, Row, _create_and_bind, _pipeline, cpu_line, parse_nodes, render
+from localcluster.scale import NAMESPACE, THIS_PROCESS, SchedulerCounts, StageClock, sharer
+from tests.unit.controller.loop_pods import shadow
 
 
 def row(nodes: int, **kw: object) -> Row:
@@ -24,6 +29,9 @@ def row(nodes: int, **kw: object) -> Row:
         pipeline={s: (1.0, 2.0, None if s == "sharers bound" else 3.0) for s in STAGES},
         plain_writes={"POST pods": 2.0 * nodes, "POST pods/binding": 2.0 * nodes},
         sharer_writes={"POST pods": 10.0 * nodes, "POST pods/binding": 10.0 * nodes, "PATCH pods": 16.0 * nodes},
+        plain_cpu={"kube-apiserver": 20.0, "etcd": 5.0, THIS_PROCESS: 2.0}, plain_cpu_wall_s=15.0,
+        sharer_cpu={"kube-apiserver": 40.0, "leader agent": 6.0, THIS_PROCESS: 4.0}, sharer_cpu_wall_s=30.0,
+        early=(0, 0),
     )  # fmt: skip
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
@@ -56,15 +64,91 @@ def test_sizes_must_be_increasing_counts() -> None:
 def test_the_pipeline_prints_when_each_stage_reached_its_share_of_the_final_count() -> None:
     out = render([row(100)], idle_s=15)
     assert "    shadows Running   1.0 / 2.0 / 3.0" in out and "    sharers bound     1.0 / 2.0 / -" in out
-    t = Timeline.empty()
-    for at, n in ((0.5, 0), (1.0, 3), (1.5, 9), (2.0, 10)):
-        t.add(at, {"shadows bound": n})
-    assert (t.reached("shadows bound", 0.5), t.reached("shadows bound", 0.9), t.reached("shadows bound", 1.0)) == (
-        1.5,
-        1.5,
-        2.0,
+
+
+def test_the_pipeline_is_read_from_each_pods_own_stage_times() -> None:
+    stages = StageClock()
+    for i, (seen, placed, running) in enumerate(((11.0, 12.0, 14.0), (11.5, 13.0, 20.0))):
+        stages.pod_seen("ADDED", shadow(f"box-{i}"), seen)
+        stages.pod_seen("MODIFIED", shadow(f"box-{i}", node="n1"), placed)
+        stages.pod_seen("MODIFIED", shadow(f"box-{i}", node="n1", phase="Running"), running)
+    stages.capacity_published("n1", stages.resource, 4, 15.0)
+    stages.capacity_published("n1", stages.resource, 8, 21.0)
+    created = {f"s{i}": 10.0 + i / 10 for i in range(8)}
+    bound = {f"s{i}": 16.0 + i for i in range(8)}
+    got = _pipeline(stages, created, bound, t0=10.0)
+    assert list(got) == list(STAGES)
+    assert got["sharers created"] == pytest.approx((0.3, 0.7, 0.7))
+    assert got["shadows created"] == (1.0, 1.5, 1.5)
+    assert got["shadows bound"] == (2.0, 3.0, 3.0)
+    assert got["shadows Running"] == (4.0, 10.0, 10.0)
+    assert got["slots advertised"] == (5.0, 11.0, 11.0)
+    assert got["sharers bound"] == (9.0, 13.0, 13.0)
+
+
+class _Client:
+    """Creates pods; the "watch" reports every other one bound before the create returns, the rest later."""
+
+    def __init__(self, stages: StageClock) -> None:
+        self.stages = stages
+        self.later: list[dict[str, Any]] = []
+
+    def create_pod(self, manifest: dict[str, Any]) -> None:
+        name = manifest["metadata"]["name"]
+        p = {"metadata": {"namespace": NAMESPACE, "name": name, "uid": f"uid-{name}"}, "spec": {"nodeName": "n1"}}
+        if int(name.rsplit("-", 1)[1]) % 2:
+            self.stages.pod_seen("ADDED", p, time.monotonic())
+        else:
+            self.later.append(p)
+
+
+class _World:
+    """What ``_create_and_bind`` may use of a ``ScaleWorld``; it has no way to LIST pods, so a phase that
+    polled the API server would fail here."""
+
+    def __init__(self) -> None:
+        self.stages = StageClock()
+        self.client = _Client(self.stages)
+        self.cpu_reads = 0
+
+    def cpu(self) -> dict[str, float]:
+        self.cpu_reads += 1
+        return {"kube-apiserver": 10.0 * self.cpu_reads, THIS_PROCESS: 1.0 * self.cpu_reads}
+
+    def wait(self, what: str, ok: Callable[[], bool], timeout_s: float, poll_s: float = 1.0) -> float:
+        threading.Timer(0.05, self._deliver_late).start()
+        deadline = time.monotonic() + timeout_s
+        while not ok():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+        return 0.0
+
+    def _deliver_late(self) -> None:
+        """The watch's events for the pods bound after their create returned, while the benchmark waits."""
+        for p in self.client.later:
+            self.stages.pod_seen("MODIFIED", p, time.monotonic())
+
+
+def test_a_phase_is_timed_from_the_watchs_events_and_asks_the_api_server_nothing_while_it_waits() -> None:
+    world = _World()
+    phase = _create_and_bind(world, [sharer(f"sharer-{i}") for i in range(6)], timeout_s=10)  # type: ignore[arg-type]
+    assert phase.early == 3  # seen bound before their create returned: counted as 0 s
+    assert sorted(phase.each)[:3] == [0.0, 0.0, 0.0] and all(e >= 0.05 for e in sorted(phase.each)[3:])
+    assert phase.wall_s >= 0.05 and phase.cpu == {"kube-apiserver": 10.0, THIS_PROCESS: 1.0}
+    assert phase.cpu_wall_s >= phase.wall_s
+    assert phase.pipeline["sharers bound"][2] == pytest.approx(phase.wall_s)
+
+
+def test_the_cpu_line_names_each_process_most_first_and_this_process_last() -> None:
+    line = cpu_line("plain", {"etcd": 10.3, THIS_PROCESS: 5.0, "kube-apiserver": 41.24, "kwok": 0.0}, 40.2, cores=2)
+    assert line == (
+        "  CPU s by process, plain: kube-apiserver 41.2, etcd 10.3, kwok 0.0, this process 5.0 "
+        "(total 56.5 of 2 cores x 40.2 s wall)"
     )
-    assert t.reached("sharers bound", 0.5) is None
+    out = render([row(100)], idle_s=15)
+    assert "  CPU s by process, sharers: kube-apiserver 40.0, leader agent 6.0, this process 4.0 (total 50.0 of " in out
+    assert "seen bound before their create returned" not in out
+    assert "3 plain, 0 sharers" in render([row(100, early=(3, 0))], idle_s=15)
 
 
 def test_api_writes_per_bound_pod_compare_the_phases_kind_by_kind() -> None:
