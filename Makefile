@@ -47,9 +47,11 @@ unit: venv
 	$(PY) -m pytest tests/unit tests/property -q $(PYTEST_ARGS)
 
 # Unit and property tests first, integration (real peers) last, as kopf does. tests/conftest.py fails
-# the run on any skip outside the tiers named in GPUSHARE_ALLOW_SKIP and prints each tier's wall time.
+# the run on any skip outside the tiers named in GPUSHARE_ALLOW_SKIP, prints each tier's time, and
+# puts each tier in one of TEST_LANES lanes that run side by side, one worker each.
+TEST_LANES := 3
 test: deps lint
-	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -n $(TEST_LANES) --dist loadgroup $(PYTEST_ARGS)
 
 protos: venv
 	$(PY) hack/protos.py

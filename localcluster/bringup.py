@@ -59,8 +59,10 @@ def running_cluster(
 def reap_dead_clusters(tmp: Path = Path("/tmp")) -> list[Path]:
     """Tear down clusters left by a killed test run; returns their roots.
 
-    Garbage: a state file whose owner process is gone (a detached `make cluster-up` cluster has
-    no owner), or none of whose processes is alive any more.
+    Garbage: a state file whose owner process is gone, or, for a detached `make cluster-up`
+    cluster (no owner), none of whose processes is alive any more. A cluster whose owner lives
+    is its owner's to stop, even while its processes are down: test lanes run side by side, and
+    one lane's reap must never race another's start or teardown.
     """
     reaped = []
     for state_file in sorted(tmp.glob("gs-k*/cluster.json")):
@@ -73,9 +75,11 @@ def reap_dead_clusters(tmp: Path = Path("/tmp")) -> list[Path]:
             continue
         if state.get("root") != str(root):
             continue
-        owner_gone = len(owner) == 2 and process_identity(int(owner[0])) != owner
-        all_dead = not any(is_alive(p) for p in pids) and not pids_of(root)
-        if not (owner_gone or all_dead):
+        if len(owner) == 2:
+            garbage = process_identity(int(owner[0])) != owner
+        else:
+            garbage = not any(is_alive(p) for p in pids) and not pids_of(root)
+        if not garbage:
             continue
         if not Cluster.from_state(state).stop():
             shutil.rmtree(root, ignore_errors=True)

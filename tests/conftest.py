@@ -7,7 +7,13 @@
   ``GPUSHARE_ALLOW_SKIP="kernel containerd" make test`` on a machine without QEMU or root. A tier is
   ``unit``, ``property`` or the name of a ``tests/integration/<tier>`` directory. Plain ``pytest``
   behaves exactly like ``make test``.
-- The terminal summary ends with each tier's wall time (setup, call and teardown of its tests).
+- The terminal summary ends with each tier's time (setup, call and teardown of its tests).
+- ``make test`` runs the tiers in three lanes side by side (pytest-xdist, ``-n 3 --dist loadgroup``):
+  each tier belongs to one lane (``LANES``) and a lane's tests run in order in one worker. The
+  lanes are sized so they end together: the QEMU guests need about one core and nothing else,
+  while the cluster tiers leave the machine's cores half idle waiting on kubelet and containerd.
+  Each worker is its own process, so a lane whose tiers use the session cluster gets its own.
+  Plain ``pytest`` runs the same tests in one process, one after the other.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -126,6 +133,48 @@ class TierLedger:
 def pytest_configure(config: pytest.Config) -> None:
     allowed = allowed_skip_tiers(os.environ.get(ALLOW_SKIP_ENV, ""), known_tiers())
     config.pluginmanager.register(TierLedger(allowed), "gpushare-tier-ledger")
+
+
+# Which lane each tier runs in under ``make test`` (about 11 minutes each on a 2-core machine):
+# the session cluster's longest tiers; the CPU-bound unit tiers with the private-cluster ones and
+# the rest of the session cluster's; the QEMU guests with the tiers that start no kubelet.
+LANES = {
+    "admission": "session-cluster",
+    "cluster": "session-cluster",
+    "doctor": "session-cluster",
+    "e2e": "session-cluster",
+    "kubelet_peer": "session-cluster",
+    "unit": "mixed",
+    "property": "mixed",
+    "containerd": "mixed",
+    "failover": "mixed",
+    "scale": "mixed",
+    "spot": "mixed",
+    "kernel": "guests",
+    "failclosed": "guests",
+    "kube": "guests",
+}
+
+
+def lane_of(nodeid: str) -> str:
+    """The lane of a test id (``tests/integration/e2e/test_x.py::test_y``); a tier not in LANES
+    (a new one) runs in the session cluster's lane rather than on its own."""
+    return LANES.get(tier_of(TESTS.parent / nodeid.split("::", 1)[0]), "session-cluster")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``, the groups are the lanes: each lane is one unit of work, sent
+    whole to one worker, its tests in collection order (pytest-xdist's scope scheduling)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415  (only a parallel run has xdist loaded)
+
+    class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_of(nodeid)
+
+    return LaneScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

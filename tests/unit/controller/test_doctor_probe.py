@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import socket
+import tempfile
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -278,17 +281,27 @@ def test_decode_allocatable() -> None:
 
 
 @pytest.fixture
-def kubelet_dirs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """A device-plugin dir with kubelet.sock, a vendor socket, gpushare's own, and a real PodResources server."""
-    dp = tmp_path / "device-plugins"
+def kubelet_dirs() -> Iterator[tuple[Path, Path]]:
+    """A device-plugin dir with kubelet.sock, a vendor socket, gpushare's own, and a real PodResources server.
+
+    In a short folder of its own: a socket's path must fit in 108 bytes, and pytest's tmp_path
+    under a parallel run (``popen-gw0/``) does not leave room for gpushare's socket names."""
+    root = Path(tempfile.mkdtemp(prefix="gs-dp-", dir="/tmp"))
+    dp = root / "device-plugins"
     dp.mkdir()
-    listeners = []
-    for name in ("kubelet.sock", "nvidia-gpu.sock", "gpushare-share-gpu-4.sock"):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(str(dp / name))
-        s.listen(1)
-        listeners.append(s)
-    pr = tmp_path / "pod-resources.sock"
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+        for name in ("kubelet.sock", "nvidia-gpu.sock", "gpushare-share-gpu-4.sock"):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            cleanup.callback(s.close)
+            s.bind(str(dp / name))
+            s.listen(1)
+        yield from _pod_resources_server(root, cleanup)
+
+
+def _pod_resources_server(root: Path, cleanup: contextlib.ExitStack) -> Iterator[tuple[Path, Path]]:
+    dp = root / "device-plugins"
+    pr = root / "pod-resources.sock"
     pods = pb.ListPodResourcesResponse(pod_resources=[pb.PodResources(name="p", namespace="n")]).SerializeToString()
     handlers = {
         "List": grpc.unary_unary_rpc_method_handler(lambda req, ctx: pods),
@@ -300,10 +313,8 @@ def kubelet_dirs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("v1.PodResourcesLister", handlers)])
     server.add_insecure_port(f"unix://{pr}")
     server.start()
+    cleanup.callback(server.stop, 0)
     yield dp, pr
-    server.stop(0)
-    for s in listeners:
-        s.close()
 
 
 def test_probe_kubelet_against_a_real_grpc_server(kubelet_dirs: tuple[Path, Path]) -> None:
