@@ -52,6 +52,7 @@ from localcluster.scale import (
     SHADOW_STAGES,
     SHARE_N,
     THIS_PROCESS,
+    ClientLimit,
     ScaleWorld,
     SchedulerCounts,
     StageClock,
@@ -63,6 +64,7 @@ from localcluster.scale import (
     plain,
     process_usage,
     reached_at,
+    scheduler_client_limit,
     scheduler_counts,
     sharer,
     writes_between,
@@ -102,6 +104,8 @@ class Row:
     # The scheduler's own counts over each phase (its /metrics): attempts, API calls, QPS wait.
     plain_scheduler: SchedulerCounts
     sharer_scheduler: SchedulerCounts
+    # The scheduler's client QPS and burst (its /configz): every binding waits on that bucket.
+    scheduler_limit: ClientLimit
     # Seconds from the first sharer's create until each pipeline stage reached PIPELINE_FRACTIONS
     # of its final count (None: never reached), from each pod's own time (StageClock).
     pipeline: dict[str, tuple[float | None, ...]]
@@ -249,6 +253,7 @@ def run_size(world: ScaleWorld, nodes: int, timeout_s: float) -> Row:
         problems=tuple(problems),
         plain_scheduler=sched1 - sched0,
         sharer_scheduler=sched3 - sched2,
+        scheduler_limit=scheduler_client_limit(world.cluster),
         pipeline=sharer_phase.pipeline,
         plain_writes=writes_between(writes0, writes1),
         sharer_writes=writes_between(writes2, writes3),
@@ -312,6 +317,7 @@ def render(rows: Sequence[Row], idle_s: float) -> str:
                 f"{c.requests:.0f} API requests ({c.requests / pods:.2f} per pod), {c.throttled_s:.1f} s waiting "
                 "for its client's QPS"
             )
+        lines.append(_binding_floor_line(r))
         lines.append(_writes_line(r))
         lines.append(cpu_line("plain", r.plain_cpu, r.plain_cpu_wall_s))
         lines.append(cpu_line("sharers", r.sharer_cpu, r.sharer_cpu_wall_s))
@@ -340,6 +346,26 @@ def cpu_line(what: str, cpu: dict[str, float], wall_s: float, cores: int | None 
         others.append((THIS_PROCESS, cpu[THIS_PROCESS]))
     parts = ", ".join(f"{name} {secs:.1f}" for name, secs in others)
     return f"  CPU s by process, {what}: {parts} (total {sum(cpu.values()):.1f} of {cores} cores x {wall_s:.1f} s wall)"
+
+
+def binding_floor(r: Row) -> tuple[float, float]:
+    """Seconds per bound pod, plain and sharers, that the scheduler's client bucket alone allows.
+
+    Each scheduled attempt is one binding POST through that bucket, full at a phase's start
+    (the phases are seconds apart): no phase can end sooner, whatever else is quick."""
+    lim = r.scheduler_limit
+    return lim.least_s(r.plain_scheduler.scheduled) / r.plain, lim.least_s(r.sharer_scheduler.scheduled) / r.sharers
+
+
+def _binding_floor_line(r: Row) -> str:
+    plain, sharers = binding_floor(r)
+    lim = r.scheduler_limit
+    ratio = f"{sharers / plain:.2f}" if plain else "n/a (the plain phase fit in the burst)"
+    return (
+        f"  the scheduler's client (qps {lim.qps:g}, burst {lim.burst:g}) alone lets {r.plain_scheduler.scheduled:.0f} "
+        f"plain bindings take no less than {plain:.4f} s per pod and the sharers' {r.sharer_scheduler.scheduled:.0f} "
+        f"(their shadows' included) {sharers:.4f} s: ratio at that floor {ratio}"
+    )
 
 
 def _writes_line(r: Row) -> str:

@@ -137,15 +137,16 @@ def controller_manager_args(binaries: Binaries, layout: Layout) -> list[str]:
 
 
 def scheduler_args(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
-    """The scheduler serves /metrics on loopback to anyone, as a cluster lets Prometheus scrape it:
-    the scale benchmark reads its attempts and its client's rate-limiter wait from there."""
+    """The scheduler serves /metrics and /configz on loopback to anyone, as a cluster lets Prometheus
+    scrape it: the scale benchmark reads its attempts, its client's rate-limiter wait and that
+    client's QPS and burst from there."""
     return [
         str(binaries.kube_scheduler),
         f"--kubeconfig={layout.kubeconfig_for('scheduler')}",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.scheduler}",
         f"--cert-dir={layout.root / 'scheduler-serving'}",
-        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/configz",
         "--leader-elect=false",
         "--profiling=false",
     ]

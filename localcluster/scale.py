@@ -158,20 +158,60 @@ class SchedulerCounts:
         )
 
 
-def scheduler_counts(cluster: Cluster) -> SchedulerCounts:
-    """Read the scheduler's /metrics (loopback HTTPS, a self-signed certificate, no credentials)."""
+def _scheduler_get(cluster: Cluster, path: str) -> str:
+    """GET one of the scheduler's always-allowed paths (loopback HTTPS, a self-signed certificate)."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     conn = http.client.HTTPSConnection("127.0.0.1", cluster.ports.scheduler, context=ctx, timeout=30)
     try:
-        conn.request("GET", "/metrics")
+        conn.request("GET", path)
         resp = conn.getresponse()
         text = resp.read().decode()
         if resp.status != 200:
-            raise ClusterError(f"scheduler /metrics answered {resp.status}: {text[:200]}")
+            raise ClusterError(f"scheduler {path} answered {resp.status}: {text[:200]}")
     finally:
         conn.close()
+    return text
+
+
+@dataclass(frozen=True)
+class ClientLimit:
+    """A client's token bucket: ``qps`` requests a second once its ``burst`` is spent."""
+
+    qps: float
+    burst: float
+
+    def least_s(self, requests: float) -> float:
+        """The fewest seconds this bucket, full at the start, lets ``requests`` requests take."""
+        return max(0.0, requests - self.burst) / self.qps
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    """``name`` of a /configz object, whose keys are the Go field names (no JSON tags) or camelCase."""
+    for key, value in obj.items():
+        if key.lower() == name.lower():
+            return value
+    raise ClusterError(f"/configz has no {name} (keys: {sorted(obj)[:12]})")
+
+
+def client_limit_from_configz(text: str) -> ClientLimit:
+    """``clientConnection``'s QPS and burst from a component's /configz answer."""
+    conn = _field(_field(json.loads(text), "componentconfig"), "clientConnection")
+    limit = ClientLimit(float(_field(conn, "qps")), float(_field(conn, "burst")))
+    if limit.qps <= 0:
+        raise ClusterError(f"/configz: clientConnection qps {limit.qps} is not a limit")
+    return limit
+
+
+def scheduler_client_limit(cluster: Cluster) -> ClientLimit:
+    """The scheduler's own client QPS and burst, as it runs."""
+    return client_limit_from_configz(_scheduler_get(cluster, "/configz"))
+
+
+def scheduler_counts(cluster: Cluster) -> SchedulerCounts:
+    """Read the scheduler's /metrics (loopback HTTPS, a self-signed certificate, no credentials)."""
+    text = _scheduler_get(cluster, "/metrics")
     attempts: dict[str, float] = {}
     requests = throttled = 0.0
     for family in text_string_to_metric_families(text):

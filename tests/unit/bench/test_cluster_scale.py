@@ -11,8 +11,26 @@ from typing import Any
 
 import pytest
 
-from bench.cluster_scale import STAGES, Row, _create_and_bind, _pipeline, cpu_line, parse_nodes, render
-from localcluster.scale import NAMESPACE, THIS_PROCESS, SchedulerCounts, StageClock, sharer
+from bench.cluster_scale import (
+    STAGES,
+    Row,
+    _create_and_bind,
+    _pipeline,
+    binding_floor,
+    cpu_line,
+    parse_nodes,
+    render,
+)
+from localcluster.errors import ClusterError
+from localcluster.scale import (
+    NAMESPACE,
+    THIS_PROCESS,
+    ClientLimit,
+    SchedulerCounts,
+    StageClock,
+    client_limit_from_configz,
+    sharer,
+)
 from tests.unit.controller.loop_pods import shadow
 
 
@@ -26,6 +44,7 @@ def row(nodes: int, **kw: object) -> Row:
         problems=(),
         plain_scheduler=SchedulerCounts(2 * nodes, 0, 0, 4 * nodes, 0.0),
         sharer_scheduler=SchedulerCounts(10 * nodes, 8 * nodes, 0, 30 * nodes, 12.5),
+        scheduler_limit=ClientLimit(qps=50.0, burst=100.0),
         pipeline={s: (1.0, 2.0, None if s == "sharers bound" else 3.0) for s in STAGES},
         plain_writes={"POST pods": 2.0 * nodes, "POST pods/binding": 2.0 * nodes},
         sharer_writes={"POST pods": 10.0 * nodes, "POST pods/binding": 10.0 * nodes, "PATCH pods": 16.0 * nodes},
@@ -155,3 +174,32 @@ def test_api_writes_per_bound_pod_compare_the_phases_kind_by_kind() -> None:
     out = render([row(100)], idle_s=15)
     assert "API writes per bound pod (everyone's), plain / sharers: 2.00 / 4.50 (2.25x); PATCH pods 0.00/2.00, " in out
     assert "POST pods 1.00/1.25" in out and "POST pods/binding 1.00/1.25" in out
+
+
+def test_the_binding_floor_is_what_the_schedulers_bucket_lets_each_phases_bindings_take() -> None:
+    # 100 nodes: 200 plain bindings, the first 100 from the burst, then 50 a second: 2 s for 200 pods;
+    # 1,000 sharer bindings (800 sharers, 200 shadows): 18 s for 800 pods.
+    plain, sharers = binding_floor(row(100))
+    assert plain == pytest.approx(0.01) and sharers == pytest.approx(0.0225)
+    out = render([row(100)], idle_s=15)
+    assert "the scheduler's client (qps 50, burst 100) alone lets 200 plain bindings take no less than 0.0100 s" in out
+    assert "the sharers' 1000 (their shadows' included) 0.0225 s: ratio at that floor 2.25" in out
+    # A plain phase inside the burst has no floor: the ratio is not divided by zero.
+    small = row(10)
+    assert binding_floor(small)[0] == 0.0 and "ratio at that floor n/a" in render([small], idle_s=15)
+
+
+def test_a_client_limit_counts_the_burst_once() -> None:
+    lim = ClientLimit(qps=50.0, burst=100.0)
+    assert lim.least_s(0) == 0.0 and lim.least_s(100) == 0.0 and lim.least_s(150) == pytest.approx(1.0)
+
+
+def test_the_client_limit_is_read_from_configz_in_either_spelling_and_a_missing_one_is_named() -> None:
+    go_names = '{"componentconfig": {"Parallelism": 16, "ClientConnection": {"QPS": 50, "Burst": 100}}}'
+    assert client_limit_from_configz(go_names) == ClientLimit(50.0, 100.0)
+    camel = '{"componentconfig": {"clientConnection": {"qps": 100, "burst": 200}}}'
+    assert client_limit_from_configz(camel) == ClientLimit(100.0, 200.0)
+    with pytest.raises(ClusterError, match="no clientConnection"):
+        client_limit_from_configz('{"componentconfig": {"Parallelism": 16}}')
+    with pytest.raises(ClusterError, match="not a limit"):
+        client_limit_from_configz('{"componentconfig": {"ClientConnection": {"QPS": -1, "Burst": 0}}}')
