@@ -19,8 +19,8 @@ failing alone, and hands the returned actions, in list order, to the ``Applier``
 (controller/applier.py); pods it cannot read are skipped, logged once, counted and told why. A
 watch event, a Lease change or ``wake()`` asks for a pass at once; otherwise one runs at the
 next deadline a plan computed (an idle owner's window ending) or after ``period_s``, whichever
-is first. The loop never sleeps for a fixed time: events that arrive during a pass set the
-wake event again, so a burst of them costs one more pass, not one pass each. Nothing is
+is first. Events during a pass ask for one more (a burst costs one pass, not one each), which
+starts after a rest in proportion to the last pass's CPU time (controller/pacing.py). Nothing is
 remembered between passes but timers (SQLite) and what the applier keeps to write
 idempotently; everything else is recomputed, so a lost update is repaired by the next pass.
 
@@ -59,6 +59,7 @@ from controller.io.podresources_entries import entries_from_pod_resources
 from controller.io.state import TIMER_SHADOW_EMPTY, StateStore
 from controller.metrics.attribution import attribute
 from controller.node_pass import NodePass, PassParts, plan_node
+from controller.pacing import Pacer
 from controller.report import TickReport, build_report, count_allocated, describe_node
 from controller.spot_hooks import SpotHooks
 from gpushare import keys
@@ -110,6 +111,7 @@ class ReconcileLoop:
         self._placing: Placing = {}
         self.period_s, self._clock = period_s, clock
         self._wake, self._stop = threading.Event(), threading.Event()
+        self._pacer = Pacer()
         self._threads: list[threading.Thread] = []
         self._node = PodCache(
             client, field_selector=f"spec.nodeName={cfg.node_name}", resync_s=resync_s, on_change=self.wake
@@ -211,15 +213,17 @@ class ReconcileLoop:
     def _run_passes(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self._wake.wait(self.wait_s())
-            # Cleared before the pass: whatever arrives while it runs asks for exactly one more.
-            self._wake.clear()
-            if stop.is_set():
+            # Cleared after the rest and before the pass: whatever arrives meanwhile asks for exactly one more.
+            if stop.wait(self._pacer.rest_s()):
                 break
+            self._wake.clear()
+            cpu0 = time.thread_time()
             try:
                 self.tick()
             except Exception as exc:  # one bad pass must not end the agent; the next one retries
                 log.exception("reconcile pass failed")
                 self._report = dataclasses.replace(self._report, error=f"{type(exc).__name__}: {exc}")
+            self._pacer.passed(time.thread_time() - cpu0)
 
     def wait_s(self) -> float:
         """How long the loop may wait for an event before the next pass is due."""
