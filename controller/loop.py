@@ -110,8 +110,7 @@ class ReconcileLoop:
         self._cluster_memo = SnapshotMemo()
         self._placing: Placing = {}
         self.period_s, self._clock = period_s, clock
-        self._wake, self._stop = threading.Event(), threading.Event()
-        self._pacer = Pacer()
+        self._wake, self._stop, self._pacer = threading.Event(), threading.Event(), Pacer()
         self._threads: list[threading.Thread] = []
         self._node = PodCache(
             client, field_selector=f"spec.nodeName={cfg.node_name}", resync_s=resync_s, on_change=self.wake

@@ -59,7 +59,7 @@ def test_every_listener_is_on_loopback() -> None:
     # The scheduler serves its /metrics (loopback, bound above) and nothing else without credentials.
     sched = scheduler_args(BINS, LAYOUT, PORTS)
     assert "--secure-port=10259" in sched
-    assert "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics" in sched
+    assert "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/configz" in sched
 
 
 def test_kubelet_sees_the_private_device_plugin_dir_at_the_system_path() -> None:
