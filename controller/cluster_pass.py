@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.core.actions import Action, DeleteShadow
-from controller.core.cluster_view import merge_pods, plan_waiting_events, unschedulable_shadows
+from controller.core.cluster_view import merge_pods, plan_waiting_events, unschedulable_pods, unschedulable_shadows
 from controller.core.model import Snapshot, SnapshotMemo, build_snapshot
 from controller.core.placing import Placing, Seen
 from controller.core.share_solver import KeyDemand, ShadowPlan, plan_shadows
@@ -67,7 +67,7 @@ def plan_cluster(
     raw = merge_pods(node_pods, pending_pods, shadow_pods)
     unschedulable = unschedulable_shadows(shadow_pods)
     cluster = build_snapshot(raw, cfg, memo=memo)
-    plan = plan_shadows(cluster, cfg, now, timers, placing)
+    plan = plan_shadows(cluster, cfg, now, timers, placing, unplaceable=unschedulable_pods(pending_pods))
     if any(isinstance(a, DeleteShadow) for a in plan.actions):
         plan = confirm_deletions(cfg, client, plan, cluster=cluster, cached=raw, now=now, timers=timers)
     actions = (*plan.actions, *plan_waiting_events(cluster, unschedulable))
@@ -104,7 +104,10 @@ def confirm_deletions(
     except GpushareError as exc:
         log.warning("cannot confirm idle shadows; not deleting this pass", extra=kv(reason=str(exc)))
         return dataclasses.replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, DeleteShadow)))
-    again = plan_shadows(build_snapshot(merge_pods(cached, *fresh), cfg), cfg, now, timers, plan.placing)
+    unplaceable = unschedulable_pods(fresh[0])
+    again = plan_shadows(
+        build_snapshot(merge_pods(cached, *fresh), cfg), cfg, now, timers, plan.placing, unplaceable=unplaceable
+    )
     confirmed = {a for a in again.actions if isinstance(a, DeleteShadow)}
     for a in plan.actions:
         if isinstance(a, DeleteShadow) and a not in confirmed:

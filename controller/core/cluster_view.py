@@ -52,6 +52,16 @@ def unschedulable_message(pod: Mapping[str, Any]) -> str:
     return ""
 
 
+def unschedulable_pods(pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """``ns/name`` of each pending pod the scheduler has answered it cannot place."""
+    out: set[str] = set()
+    for pod in pods:
+        if unschedulable_message(pod):
+            meta = pod.get("metadata") or {}
+            out.add(f"{meta.get('namespace')}/{meta.get('name')}")
+    return frozenset(out)
+
+
 def unschedulable_shadows(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Shadow ``ns/name`` -> the scheduler's message, for each shadow it cannot place."""
     out: dict[str, str] = {}
@@ -108,5 +118,6 @@ __all__ = [
     "merge_pods",
     "plan_waiting_events",
     "unschedulable_message",
+    "unschedulable_pods",
     "unschedulable_shadows",
 ]

@@ -25,6 +25,15 @@ pass read may not show a sharer the scheduler bound a moment ago.
 
 A sharer that lands on a draining shadow anyway makes it busy: the leader takes the mark off,
 and so it does when new demand can use a draining shadow instead of creating one.
+
+**A sharer on its way.** The settle time assumes that a sharer the scheduler placed on the
+old count is bound within it. Not so while the scheduler's own client is backlogged: the
+binding waits for the client's QPS (17 s on average while 8,000 sharers were placed on 1,000
+simulated nodes), the fresh LIST cannot show it, and the devices went. So while any sharer
+of a key is pending, the leader starts no drain of that key's shadows and takes every
+draining one back into service (``plan_draining(hold=True)``): the scheduler may have placed
+that sharer on any of them. A pending sharer the scheduler has said it cannot place
+(``PodScheduled`` False) holds nothing up, so one that never fits keeps no idle shadow alive.
 Pure module: stdlib and controller.core only.
 """
 
@@ -48,7 +57,9 @@ from gpushare.ids import virtual_ids_of
 
 # How long the node keeps a draining shadow's devices listed after it published the lower
 # count: a sharer the scheduler placed on the old count before the lower one reached its cache
-# is bound, and seen on the node's watch, within this even on a machine under heavy load.
+# is bound, and seen on the node's watch, within this even on a machine under heavy load, but
+# not while the scheduler's own client is backlogged, hence no drain while a sharer of the key
+# is pending ("A sharer on its way" above).
 DRAIN_SETTLE_S = 5.0
 # When a withdrawal may happen, by the last time the agent lowered a count kubelet had written
 # back: only from WRITE_BACK_SETTLE_S to WRITE_BACK_SETTLE_S + WITHDRAW_WINDOW_S after it.
@@ -99,12 +110,16 @@ class DrainPlan:
     back: tuple[ShadowPod, ...]  # draining shadows taken back into service (they offer slots again)
 
 
-def plan_draining(draining: Sequence[ShadowPod], used: Mapping[str, int], *, create: int) -> DrainPlan:
+def plan_draining(
+    draining: Sequence[ShadowPod], used: Mapping[str, int], *, create: int, hold: bool = False
+) -> DrainPlan:
     """Leader: what becomes of the shadows of one key that are draining.
 
     ``create``: the shadows the key is short of, counting only the shadows in service. A busy
     draining shadow goes back into service; so do idle ones while the key is short, the ones
     whose devices are still listed first (no wait for kubelet); a drained idle one is deleted.
+    ``hold``: a sharer of the key is pending that the scheduler may already have placed on
+    one of them: every one goes back into service, its devices listed again if withdrawn.
     """
     actions: list[Action] = []
     back: list[ShadowPod] = []
@@ -113,7 +128,7 @@ def plan_draining(draining: Sequence[ShadowPod], used: Mapping[str, int], *, cre
         if used[s.facts.ref.uid] > 0:
             actions += undrain(s)
             back.append(s)
-    reuse = sorted(idle, key=is_drained)[: max(0, create)]
+    reuse = sorted(idle, key=is_drained)[: len(idle) if hold else max(0, create)]
     for s in reuse:
         actions += undrain(s)
         back.append(s)

@@ -15,7 +15,7 @@ Every rule and the definitions the design leaves open are in docs/controller.md.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -206,12 +206,19 @@ def _count_unrecorded(sharer: SharePod, shadows: Iterable[ShadowPod], used: dict
 
 
 def plan_shadows(
-    snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float], placing: Placing | None = None
+    snapshot: Snapshot,
+    cfg: Config,
+    now: float,
+    empty_since: Mapping[str, float],
+    placing: Placing | None = None,
+    *,
+    unplaceable: Collection[str] = frozenset(),
 ) -> ShadowPlan:
     """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows.
 
-    ``placing``: the previous plan's ``placing``; a sharer that left the pending view since
-    still takes a slot until its node records it (controller/core/placing.py)."""
+    ``placing``: the previous plan's; a sharer that left the pending view since still takes a slot
+    until its node records it (controller/core/placing.py). ``unplaceable``: pending pods the scheduler
+    cannot place; any other pending sharer holds its key's drains (controller/core/shadow_drain.py)."""
     configured = configured_specs(cfg)
     index = _Demand.of(snapshot)
     used = index.used
@@ -241,9 +248,9 @@ def plan_shadows(
         free = max(0, sum(max(0, n - used[s.facts.ref.uid]) for s in in_service) - taken_unseen.get(key, 0))
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if served else 0)
-        shortage = target - free
         leaving = [s for s in alive if s.facts.ref.uid in index.draining]
-        drains = plan_draining(leaving, used, create=-(-shortage // n) if shortage > 0 else 0)
+        in_flight = any(p.facts.ref.key not in unplaceable for p in pending)
+        drains = plan_draining(leaving, used, create=max(0, -(-(target - free) // n)), hold=in_flight)
         actions += drains.actions
         free += sum(max(0, n - used[s.facts.ref.uid]) for s in drains.back)
         create = drains.create
@@ -252,10 +259,9 @@ def plan_shadows(
             actions += _new_shadows(index, cfg, key, create, reason)
         clocks = {s.facts.ref.uid: empty_since.get(s.facts.ref.uid, now) for s in alive if used[s.facts.ref.uid] == 0}
         new_empty.update(clocks)
-        idle = _idle_deletes(
-            in_service, clocks, now=now, timeout_s=cfg.shadow_idle_timeout_s, spare_slots=free - target, spec=n
-        )
-        actions += [start_drain(s, now) for s in idle]
+        if not in_flight:  # a pending sharer may be on its way to any of them: drain none
+            idle = _idle_deletes(in_service, clocks, since=now - cfg.shadow_idle_timeout_s, spare=free - target, spec=n)
+            actions += [start_drain(s, now) for s in idle]
         deletes = sum(isinstance(a, DeleteShadow) for a in drains.actions)
         demand.append(KeyDemand(key, len(alive), free, asked, create, deletes))
     return ShadowPlan(tuple(actions), new_empty, tuple(demand), placed)
@@ -276,29 +282,23 @@ def _new_shadows(index: _Demand, cfg: Config, key: ShareKey, count: int, reason:
 
 
 def _idle_deletes(
-    alive: Iterable[ShadowPod],
-    empty_since: Mapping[str, float],
-    *,
-    now: float,
-    timeout_s: float,
-    spare_slots: int,
-    spec: int,
+    alive: Iterable[ShadowPod], empty_since: Mapping[str, float], *, since: float, spare: int, spec: int
 ) -> list[ShadowPod]:
-    """The shadows to remove: empty for ``timeout_s``, the longest-idle first, while the rest cover the target.
+    """The shadows to remove: empty since ``since`` or before, the longest-idle first, while the rest cover the target.
 
     ``empty_since`` has a clock for every empty shadow (one first seen empty, also right
-    after a restart, has only just started its clock). ``spare_slots`` is free minus target
+    after a restart, has only just started its clock). ``spare`` is free slots minus target
     and each removal takes ``spec`` slots, so a removal never triggers a create. Removal
     starts with draining (controller/core/shadow_drain.py), never with the delete.
     """
-    idle = [(since, s) for s in alive if (since := empty_since.get(s.ref.uid)) is not None and now - since >= timeout_s]
+    idle = [(at, s) for s in alive if (at := empty_since.get(s.ref.uid)) is not None and at <= since]
     idle.sort(key=lambda t: (t[0], t[1].ref))
     out: list[ShadowPod] = []
-    for _since, shadow in idle:
-        if spare_slots < spec:
+    for _at, shadow in idle:
+        if spare < spec:
             break
         out.append(shadow)
-        spare_slots -= spec
+        spare -= spec
     return out
 
 

@@ -61,12 +61,23 @@ def test_a_draining_shadow_is_deleted_only_once_its_node_answered_this_very_mark
 
 def test_a_draining_shadow_offers_no_slots_so_new_demand_takes_it_back_instead_of_creating() -> None:
     pods = [draining(answered=TOKEN), draining("t"), sharer("p")]
-    plan = plan_shadows(snap(pods), CFG, NOW, long_idle("s", "t"))
-    # One shadow is needed: the one whose devices are still listed comes back; the other goes.
+    # The scheduler has said it cannot place p: p may not be bound anywhere soon, so only the
+    # demand counts. One shadow is needed: the one whose devices are still listed comes back.
+    plan = plan_shadows(snap(pods), CFG, NOW, long_idle("s", "t"), unplaceable={"default/p"})
     assert marks(plan.actions) == [("t", MARK, None)]
     assert deleted(plan.actions) == ["s"]
     assert [a for a in plan.actions if isinstance(a, CreateShadow)] == []
     assert plan.demand[0].free_slots == 4
+
+
+def test_while_a_sharer_waits_for_the_scheduler_every_draining_shadow_goes_back_into_service() -> None:
+    """The scheduler may have placed p on either node already, its binding waiting for the
+    client's QPS, which no LIST shows: neither shadow's devices may go, the withdrawn ones come back."""
+    pods = [draining(answered=TOKEN), draining("t"), sharer("p")]
+    plan = plan_shadows(snap(pods), CFG, NOW, long_idle("s", "t"))
+    assert marks(plan.actions) == [("t", MARK, None), ("s", MARK, None), ("s", ANSWER, None)]
+    assert deleted(plan.actions) == []
+    assert [a for a in plan.actions if isinstance(a, CreateShadow)] == []
 
 
 def test_a_shadow_a_sharer_reached_while_draining_goes_back_into_service() -> None:

@@ -247,10 +247,24 @@ def test_idle_deletion_beyond_the_warm_pool(
     cfg = Config(node_name=NODE, warm_shadows=warm)
     pods = [shadow(n) for n in idle_names] + [sharer(f"p{i}") for i in range(pending)]
     since = {f"uid-gpushare-system-{n}": NOW - 1000 - i for i, n in enumerate(reversed(idle_names))}
-    plan = plan_shadows(snap(pods, cfg), cfg, NOW, since)
+    # The pending sharers are ones the scheduler cannot place (below: ones it may be binding).
+    refused = {f"default/p{i}" for i in range(pending)}
+    plan = plan_shadows(snap(pods, cfg), cfg, NOW, since, unplaceable=refused)
     assert deletes(plan.actions) == want_deleted
     # Deleting never triggers a create of the same key in the same pass.
     assert [c for c in creates(plan.actions) if c.key == KEY4] == []
+
+
+def test_no_idle_shadow_starts_draining_while_a_sharer_of_its_kind_waits_for_the_scheduler() -> None:
+    """One spare shadow, but p is pending with no word from the scheduler: it may be placed on
+    either shadow already, its binding queued behind the scheduler's QPS. Once the scheduler
+    says it cannot place p, p holds nothing up: a sharer that never fits keeps no GPU."""
+    pods = [shadow("a"), shadow("b"), sharer("p")]
+    since = {"uid-gpushare-system-a": NOW - 1001, "uid-gpushare-system-b": NOW - 1000}
+    assert deletes(plan_shadows(snap(pods), CFG, NOW, since).actions) == []
+    assert deletes(plan_shadows(snap(pods), CFG, NOW, since, unplaceable={"default/p"}).actions) == ["a"]
+    other_kind = [shadow("a"), shadow("b"), sharer("p", spec=2)]  # waits for another key's shadows
+    assert deletes(plan_shadows(snap(other_kind), CFG, NOW, since).actions) == ["a", "b"]
 
 
 def test_bound_sharer_not_yet_recorded_keeps_its_shadow() -> None:
