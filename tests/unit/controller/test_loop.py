@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -308,6 +310,30 @@ def test_the_loop_waits_for_an_idle_window_to_end_not_for_the_period() -> None:
     assert loop.wait_s() == 300.0  # a pass that planned nothing leaves no deadline behind
 
 
+@contextlib.contextmanager
+def running_passes(loop: ReconcileLoop, tick: Callable[[], Any]) -> Iterator[threading.Event]:
+    """The loop's own pass thread with ``tick`` for a pass, woken once; stopped and joined after."""
+    loop.tick = tick  # type: ignore[method-assign]
+    loop._wake.clear()  # the first LIST already asked for a pass
+    stop = threading.Event()
+    thread = threading.Thread(target=loop._run_passes, args=(stop,))
+    thread.start()
+    try:
+        loop.wake()
+        yield stop
+    finally:
+        stop.set()
+        loop.wake()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def wait_for(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_events_during_a_pass_ask_for_exactly_one_more_and_nothing_sleeps_in_between() -> None:
     loop, _, _ = make_loop([])
     loop.period_s = 60.0
@@ -320,22 +346,10 @@ def test_events_during_a_pass_ask_for_exactly_one_more_and_nothing_sleeps_in_bet
                 loop.wake()
         return loop.last_report()
 
-    loop.tick = tick  # type: ignore[method-assign]
-    loop._wake.clear()  # the first LIST already asked for a pass
-    stop = threading.Event()
-    thread = threading.Thread(target=loop._run_passes, args=(stop,))
-    thread.start()
-    try:
-        loop.wake()
-        deadline = time.monotonic() + 5.0
-        while len(passes) < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+    with running_passes(loop, tick):
+        wait_for(lambda: len(passes) >= 2)
         time.sleep(0.3)
         assert len(passes) == 2  # the burst cost one pass; then the loop waits for the next event
-    finally:
-        stop.set()
-        loop.wake()
-        thread.join(5)
 
 
 def test_a_withdrawal_waits_for_a_sharer_only_a_fresh_list_shows_and_the_node_watch_holds_the_count() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -10,19 +9,12 @@ import pytest
 
 from controller.pacing import MAX_REST_S, PASS_SHARE, Pacer
 from gpushare.errors import GpushareError
-from tests.unit.controller.test_loop import make_loop
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.controller.io.test_node_watch import Clock
+from tests.unit.controller.test_loop import make_loop, running_passes, wait_for
 
 
 def test_the_rest_is_the_cpu_time_over_the_share_less_the_pass_itself() -> None:
-    clock = _Clock()
+    clock = Clock()
     pacer = Pacer(share=0.1, clock=clock)
     assert pacer.rest_s() == 0.0  # the first pass waits for nothing
     pacer.passed(0.05)
@@ -39,7 +31,7 @@ def test_the_rest_is_the_cpu_time_over_the_share_less_the_pass_itself() -> None:
 
 
 def test_a_heavy_pass_rests_no_longer_than_the_longest_rest() -> None:
-    clock = _Clock()
+    clock = Clock()
     pacer = Pacer(share=0.1, clock=clock)
     pacer.passed(2.0)  # confirming idle shadows from fresh LISTs at 1,000 nodes: 18 s uncapped
     assert pacer.rest_s() == MAX_REST_S
@@ -70,25 +62,12 @@ def test_a_pass_that_burned_cpu_is_followed_by_its_rest_and_the_burst_still_cost
         ends.append(time.monotonic())
         return loop.last_report()
 
-    loop.tick = tick  # type: ignore[method-assign]
-    loop._wake.clear()
-    stop = threading.Event()
-    thread = threading.Thread(target=loop._run_passes, args=(stop,))
-    thread.start()
-    try:
-        loop.wake()
-        deadline = time.monotonic() + 10.0
-        while len(starts) < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+    with running_passes(loop, tick):
+        wait_for(lambda: len(starts) >= 2)
         time.sleep(0.5)
         assert len(starts) == 2
         # The second pass started no sooner than the first one's CPU time over the share, less itself.
         assert starts[1] - ends[0] >= spent[0] * (1 / PASS_SHARE - 1) * 0.99
-    finally:
-        stop.set()
-        loop.wake()
-        thread.join(5)
-    assert not thread.is_alive()
 
 
 class _Burned(Pacer):
@@ -107,15 +86,6 @@ def test_stop_during_the_rest_ends_the_loop_without_another_pass() -> None:
         loop.wake()  # an event during the pass: the next one is owed, after the rest
         return loop.last_report()
 
-    loop.tick = tick  # type: ignore[method-assign]
-    loop._wake.clear()
-    stop = threading.Event()
-    thread = threading.Thread(target=loop._run_passes, args=(stop,))
-    thread.start()
-    loop.wake()
-    deadline = time.monotonic() + 5.0
-    while not passes and time.monotonic() < deadline:
-        time.sleep(0.005)
-    stop.set()
-    thread.join(5)
-    assert not thread.is_alive() and len(passes) == 1
+    with running_passes(loop, tick):  # which stops the loop, and asserts it ended, on the way out
+        wait_for(lambda: bool(passes))
+    assert len(passes) == 1
