@@ -189,7 +189,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _no_leaked_threads() -> Iterator[None]:
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 2.0
+    # A gRPC server's executor threads end seconds after stop() on a machine running three lanes of
+    # clusters; only a thread still alive after this is a leak.
+    deadline = time.monotonic() + 10.0
     while True:
         leaked = [
             t

@@ -209,7 +209,7 @@ def test_own_socket_removed_reregisters(kubelet: KubeletPeer, managers: Factory,
     small(managers)
     before = len(kubelet.registered(SHARE4))
     os.unlink(os.path.join(plugin_dir, "gpushare-share-gpu-4.sock"))
-    kubelet.wait_registrations(SHARE4, before + 1, timeout_s=5)
+    kubelet.wait_registrations(SHARE4, before + 1, timeout_s=30)
     assert stat.S_ISSOCK(os.stat(os.path.join(plugin_dir, "gpushare-share-gpu-4.sock")).st_mode)
 
 
@@ -217,7 +217,7 @@ def test_kubelet_ending_list_and_watch_reregisters(kubelet: KubeletPeer, manager
     small(managers)
     before = len(kubelet.registered(SHARE4))
     kubelet.end_stream(SHARE4)
-    kubelet.wait_registrations(SHARE4, before + 1, timeout_s=5)
+    kubelet.wait_registrations(SHARE4, before + 1, timeout_s=30)
     kubelet.wait_devices(SHARE4, lambda d: d == [])
 
 
