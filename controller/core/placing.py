@@ -30,11 +30,13 @@ PLACING_TTL_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class Seen:
-    """A sharer the leader saw pending: its key and slots; ``left_at`` once it left the pending view."""
+    """A sharer the leader saw pending: its key and slots; ``left_at`` once it left the pending view;
+    ``since``: when this leader first saw it pending (how long the scheduler has left it there)."""
 
     key: ShareKey
     slots: int
     left_at: float | None = None
+    since: float = 0.0
 
 
 # "<ns>/<pod>" -> what the leader last knew of that sharer; kept by the caller from pass to pass.
@@ -59,7 +61,9 @@ def track_placing(
     visible: set[str] = set()
     for sharer in sharers:
         if sharer.is_pending:
-            out[sharer.facts.ref.key] = Seen(sharer.key, sharer.quantity)
+            before = previous.get(sharer.facts.ref.key)
+            since = now if before is None or before.left_at is not None else before.since
+            out[sharer.facts.ref.key] = Seen(sharer.key, sharer.quantity, since=since)
         else:
             visible.add(sharer.facts.ref.key)
     gone = visible.union(recorded)
@@ -68,7 +72,7 @@ def track_placing(
             continue
         left_at = now if seen.left_at is None else seen.left_at
         if now - left_at < ttl_s:
-            out[pod] = Seen(seen.key, seen.slots, left_at)
+            out[pod] = Seen(seen.key, seen.slots, left_at, seen.since)
     return out
 
 

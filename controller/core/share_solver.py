@@ -36,7 +36,7 @@ from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
 from controller.core.placing import Placing, Seen, placing_slots, track_placing
 from controller.core.served import configured_specs, is_served, refuse_unserved, refuse_unserved_bound
-from controller.core.shadow_drain import is_draining, plan_draining, plan_node_offer, start_drain
+from controller.core.shadow_drain import holds_drains, is_draining, plan_draining, plan_node_offer, start_drain
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import virtual_ids_of
@@ -249,7 +249,7 @@ def plan_shadows(
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if served else 0)
         leaving = [s for s in alive if s.facts.ref.uid in index.draining]
-        in_flight = any(p.facts.ref.key not in unplaceable for p in pending)
+        in_flight = holds_drains(pending, unplaceable, placed, now)
         drains = plan_draining(leaving, used, create=max(0, -(-(target - free) // n)), hold=in_flight)
         actions += drains.actions
         free += sum(max(0, n - used[s.facts.ref.uid]) for s in drains.back)

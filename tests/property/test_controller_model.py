@@ -211,7 +211,7 @@ def test_leader_plan_matches_the_straightforward_reference(
     plan = plan_shadows(snap, cfg, 100.0, timers)
     # With no sharer seen before, the memory of sharers on their way is just the pending ones
     # (controller/core/placing.py; its rule is unit-tested in tests/unit/controller/core/test_placing.py).
-    assert plan.placing == {p.ref.key: Seen(p.key, p.quantity) for p in snap.sharers if p.is_pending}
+    assert plan.placing == {p.ref.key: Seen(p.key, p.quantity, since=100.0) for p in snap.sharers if p.is_pending}
     assert dataclasses.replace(plan, placing={}) == reference.plan_shadows(snap, cfg, 100.0, timers)
     assert plan_waiting_events(snap, unschedulable) == reference.plan_waiting_events(snap, unschedulable)
 

@@ -20,6 +20,7 @@ from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShareKey
 from controller.core.pod_facts import PodRef
 from controller.core.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
+from controller.core.shadow_drain import DRAIN_HOLD_MAX_S
 from controller.core.share_solver import (
     build_shadow_manifest,
     plan_node_shares,
@@ -265,6 +266,19 @@ def test_no_idle_shadow_starts_draining_while_a_sharer_of_its_kind_waits_for_the
     assert deletes(plan_shadows(snap(pods), CFG, NOW, since, unplaceable={"default/p"}).actions) == ["a"]
     other_kind = [shadow("a"), shadow("b"), sharer("p", spec=2)]  # waits for another key's shadows
     assert deletes(plan_shadows(snap(other_kind), CFG, NOW, since).actions) == ["a", "b"]
+
+
+def test_a_sharer_the_scheduler_never_answers_holds_the_drains_for_a_bounded_time() -> None:
+    """A tenant's sharer naming a scheduler that does not exist stays pending with no answer: it
+    holds its key's drains only until DRAIN_HOLD_MAX_S after the leader first saw it pending."""
+    pods = [shadow("a"), shadow("b"), sharer("p")]
+    since = {"uid-gpushare-system-a": NOW - 1001, "uid-gpushare-system-b": NOW - 1000}
+    first = plan_shadows(snap(pods), CFG, NOW, since)
+    assert deletes(first.actions) == [] and first.placing["default/p"].since == NOW
+    still = plan_shadows(snap(pods), CFG, NOW + DRAIN_HOLD_MAX_S - 1, since, first.placing)
+    assert deletes(still.actions) == [] and still.placing["default/p"].since == NOW  # kept, not restarted
+    later = plan_shadows(snap(pods), CFG, NOW + DRAIN_HOLD_MAX_S, since, still.placing)
+    assert deletes(later.actions) == ["a"]
 
 
 def test_bound_sharer_not_yet_recorded_keeps_its_shadow() -> None:
