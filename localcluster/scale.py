@@ -187,8 +187,10 @@ class ClientLimit:
         return max(0.0, requests - self.burst) / self.qps
 
 
-def _field(obj: Mapping[str, Any], name: str) -> Any:
+def _field(obj: Any, name: str) -> Any:
     """``name`` of a /configz object, whose keys are the Go field names (no JSON tags) or camelCase."""
+    if not isinstance(obj, dict):
+        raise ClusterError(f"/configz: expected an object holding {name}, got {type(obj).__name__}")
     for key, value in obj.items():
         if key.lower() == name.lower():
             return value
@@ -197,8 +199,15 @@ def _field(obj: Mapping[str, Any], name: str) -> Any:
 
 def client_limit_from_configz(text: str) -> ClientLimit:
     """``clientConnection``'s QPS and burst from a component's /configz answer."""
-    conn = _field(_field(json.loads(text), "componentconfig"), "clientConnection")
-    limit = ClientLimit(float(_field(conn, "qps")), float(_field(conn, "burst")))
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ClusterError(f"/configz is not JSON: {exc}") from None
+    conn = _field(_field(doc, "componentconfig"), "clientConnection")
+    qps, burst = _field(conn, "qps"), _field(conn, "burst")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (qps, burst)):
+        raise ClusterError(f"/configz: clientConnection qps {qps!r} and burst {burst!r} must be numbers")
+    limit = ClientLimit(float(qps), float(burst))
     if limit.qps <= 0:
         raise ClusterError(f"/configz: clientConnection qps {limit.qps} is not a limit")
     return limit

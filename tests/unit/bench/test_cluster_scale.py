@@ -203,3 +203,10 @@ def test_the_client_limit_is_read_from_configz_in_either_spelling_and_a_missing_
         client_limit_from_configz('{"componentconfig": {"Parallelism": 16}}')
     with pytest.raises(ClusterError, match="not a limit"):
         client_limit_from_configz('{"componentconfig": {"ClientConnection": {"QPS": -1, "Burst": 0}}}')
+    for garbage, named in (
+        ("<html>", "not JSON"),
+        ('["componentconfig"]', "expected an object holding componentconfig"),
+        ('{"componentconfig": {"ClientConnection": {"QPS": "50", "Burst": 100}}}', "must be numbers"),
+    ):
+        with pytest.raises(ClusterError, match=named):
+            client_limit_from_configz(garbage)
