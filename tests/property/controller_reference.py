@@ -9,7 +9,7 @@ Not a test module itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from controller.core.actions import (
@@ -206,8 +206,13 @@ def _refusals(key: ShareKey, cfg: Config, snapshot: Snapshot) -> list[Action]:
     return [RecordEvent(p.ref, reason, why, "Warning") for p in snapshot.sharers if p.is_pending and p.key == key]
 
 
-def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float]) -> ShadowPlan:
-    """The demand rule of docs/controller.md, one key at a time, scanning every pod for each."""
+def plan_shadows(
+    snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float], unplaceable: Collection[str] = ()
+) -> ShadowPlan:
+    """The demand rule of docs/controller.md, one key at a time, scanning every pod for each.
+
+    Every pending sharer is first seen now, so each one the scheduler has not called
+    unplaceable may be on its way to a shadow of its key: that key drains nothing."""
     configured = {(keys.KIND_SHARE, n) for n in cfg.share_specs}
     configured |= {(keys.KIND_SHARE_DEV, n) for n in cfg.dev_share_specs}
     used = _used_slots(snapshot)
@@ -232,18 +237,21 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         asked = sum(p.quantity for p in pending)
         target = asked + (cfg.warm_shadows * n if is_served else 0)
         short = max(0, -(-(target - free) // n))
+        hold = any(p.ref.key not in unplaceable for p in pending)
         # Draining: a busy one comes back; idle ones come back while the key is short (still listed
-        # first), and an idle one its node has answered for is deleted.
+        # first), or all of them while a sharer may be on its way; an idle one its node has
+        # answered for is deleted.
         busy = [s for s in draining if used[s.ref.uid] > 0]
         idle_draining = [s for s in draining if used[s.ref.uid] == 0]
-        reuse = ([s for s in idle_draining if not _drained(s)] + [s for s in idle_draining if _drained(s)])[:short]
+        reuse = [s for s in idle_draining if not _drained(s)] + [s for s in idle_draining if _drained(s)]
+        reuse = reuse if hold else reuse[:short]
         for s in busy + reuse:
             actions += _undrain(s)
         deletes: list[Action] = [DeleteShadow(s.ref, REASON_SHADOW_IDLE) for s in idle_draining if _drained(s)]
         deletes = [d for d in deletes if all(d.ref != s.ref for s in reuse)]  # type: ignore[attr-defined]
         actions += deletes
         free += sum(max(0, n - used[s.ref.uid]) for s in busy + reuse)
-        create = short - len(reuse)
+        create = max(0, short - len(reuse))
         if create:
             taken = _taken_ordinals(snapshot, key)
             free_ordinals = [i for i in range(len(taken) + create) if i not in taken][:create]
@@ -256,7 +264,7 @@ def plan_shadows(snapshot: Snapshot, cfg: Config, now: float, empty_since: Mappi
         new_empty.update(clocks)
         timeout = cfg.shadow_idle_timeout_s
         idle = sorted((clocks[s.ref.uid], s.ref) for s in serving if now - clocks.get(s.ref.uid, now + 1) >= timeout)
-        spare = free - target
+        spare = -1 if hold else free - target
         for _since, ref in idle:
             if spare < n:
                 break

@@ -137,6 +137,7 @@ def test_after_creating_the_plan_free_slots_cover_demand_and_warm_pool(
 
 SPEC_CHOICES = [(keys.KIND_SHARE, 2), (keys.KIND_SHARE, 3), (keys.KIND_SHARE, 4), (keys.KIND_SHARE_DEV, 2)]
 POOL_CHOICES = [("nvidia.com/gpu", None), ("nvidia.com/gpu", {"zone": "a"}), ("amd.com/gpu", None)]
+CHOICES = (SPEC_CHOICES, POOL_CHOICES)
 
 
 # A shadow in service, marked draining, answered by its node, answered for an older mark, or an answer alone.
@@ -152,9 +153,11 @@ def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str]
     unschedulable: dict[str, str] = {}
     names: list[str] = []
     camel = draw(st.booleans())  # the API's camelCase, or the client's to_dict() snake_case
+    drawn: list[tuple[tuple[str, int], tuple[str, dict[str, str] | None]]] = []
     for i in range(draw(st.integers(0, 8))):
         kind, n = draw(st.sampled_from(SPEC_CHOICES))
         resource, selector = draw(st.sampled_from(POOL_CHOICES))
+        drawn.append(((kind, n), (resource, selector)))
         key = ShareKey(Pool(resource, tuple(sorted((selector or {}).items()))), kind, n)
         name = shadow_name(key, draw(st.integers(0, 3)))  # namesakes with another uid happen
         names.append(name)
@@ -173,8 +176,11 @@ def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str]
         if draw(st.booleans()):
             unschedulable[f"{keys.SHADOW_NAMESPACE}/{name}"] = draw(st.sampled_from(["no GPU", "0/2 nodes"]))
     for j in range(draw(st.integers(0, 6))):
-        kind, n = draw(st.sampled_from(SPEC_CHOICES))
-        resource, selector = draw(st.sampled_from(POOL_CHOICES))
+        # Often a shadow's key: a sharer pending for a key with idle or draining shadows is where
+        # the drain rules and the demand rule meet.
+        (kind, n), (resource, selector) = draw(
+            st.sampled_from(drawn) if drawn and draw(st.booleans()) else st.tuples(*map(st.sampled_from, CHOICES))
+        )
         owners = {f"{keys.SHADOW_NAMESPACE}/{x}": "u" for x in draw(st.sets(st.sampled_from([*names, "x-9"])))}
         annotations = {keys.ANNOTATION_POOL_RESOURCE: resource} if resource != "nvidia.com/gpu" else {}
         if owners:
@@ -208,11 +214,14 @@ def test_leader_plan_matches_the_straightforward_reference(
     assert not snap.problems
     started = st.sampled_from([0.0, 60.0, 99.0])
     timers = {s.ref.uid: data.draw(started) for s in snap.shadows if data.draw(st.booleans())}
-    plan = plan_shadows(snap, cfg, 100.0, timers)
+    pending = sorted(p.ref.key for p in snap.sharers if p.is_pending)
+    unplaceable = data.draw(st.sets(st.sampled_from(pending))) if pending else set()
+    plan = plan_shadows(snap, cfg, 100.0, timers, unplaceable=unplaceable)
     # With no sharer seen before, the memory of sharers on their way is just the pending ones
     # (controller/core/placing.py; its rule is unit-tested in tests/unit/controller/core/test_placing.py).
     assert plan.placing == {p.ref.key: Seen(p.key, p.quantity, since=100.0) for p in snap.sharers if p.is_pending}
-    assert dataclasses.replace(plan, placing={}) == reference.plan_shadows(snap, cfg, 100.0, timers)
+    expected = reference.plan_shadows(snap, cfg, 100.0, timers, unplaceable)
+    assert dataclasses.replace(plan, placing={}) == expected
     assert plan_waiting_events(snap, unschedulable) == reference.plan_waiting_events(snap, unschedulable)
 
 
