@@ -197,7 +197,7 @@ def run(version: str, pairs: int, go_plugin: Path | None) -> dict[str, object]:
         CriClient(cd.address, cgroup_parent=cd.cgroup_parent) as cri,
     ):
         none = Mode(NONE, lambda: None)
-        plugins = [Mode("gpushare", lambda: PluginProcess.gpushare(cd.nri_socket))]
+        plugins = [Mode("gpushare", lambda: PluginProcess.gpushare(cd))]
         if go_plugin is not None:
             plugins.append(Mode("go-device-injector", lambda: _go_injector(cd, go_plugin)))
         pod = cri.run_pod("nri-bench", annotations=_annotations(dev, [TARGET]))

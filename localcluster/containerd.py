@@ -37,6 +37,10 @@ from localcluster.host import all_pids, cgroup_pids, cmdline, remove_cgroup_root
 from localcluster.images import ensure_images
 from localcluster.lifecycle import Lifecycle, terminate
 
+# What containerd's NRI adaptation logs right after adding a plugin to the ones it calls, in its
+# text log format: 'msg="plugin \"10-gpushare\" connected"' (1.7), '... connected and synchronized"' (2.x).
+_NRI_PLUGIN_ADDED = '\\" connected'
+
 __all__ = ["VERSIONS", "Containerd", "ContainerdError", "ContainerdInstall", "InstallMissing", "find_install"]
 
 
@@ -172,6 +176,23 @@ class Containerd(Lifecycle):
                 return f.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def nri_plugin_registrations(self, name: str) -> int:
+        """How often this instance has added the NRI plugin ``name`` to the plugins it calls.
+
+        containerd logs it once the plugin's Synchronize has returned. The plugin logs its own
+        Synchronize before it returns, so only this line says that a CreateContainer from now on
+        reaches the plugin (and that a validator requiring it finds it)."""
+        lines = self.log_text().splitlines()
+        return sum(1 for line in lines if f"-{name}{_NRI_PLUGIN_ADDED}" in line)
+
+    def wait_nri_plugin(self, name: str, *, more_than: int, timeout_s: float = 30.0) -> None:
+        """Wait until containerd has added the plugin ``name`` more than ``more_than`` times."""
+        deadline = time.monotonic() + timeout_s
+        while self.nri_plugin_registrations(name) <= more_than:
+            if time.monotonic() > deadline:
+                raise self._fail(f"did not add the NRI plugin {name!r} within {timeout_s:g} s")
+            time.sleep(0.05)
 
     # --- internals ------------------------------------------------------------------------------
     def _fail(self, what: str) -> ContainerdError:

@@ -15,11 +15,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from localcluster.containerd import Containerd
 from localcluster.lifecycle import Lifecycle, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUSHARE = ROOT / ".venv" / "bin" / "gpushare"
 READY_LINE = "nri: synchronized"
+NRI_NAME = "gpushare"  # the name `gpushare nri run` registers under
 
 
 class PluginProcessError(RuntimeError):
@@ -39,9 +41,14 @@ def gpushare_command(
 
 
 class PluginProcess(Lifecycle):
-    def __init__(self, argv: Sequence[str], *, ready_line: str | None = READY_LINE) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, ready_line: str | None = READY_LINE, containerd: Containerd | None = None
+    ) -> None:
+        """``containerd``: the instance the plugin connects to; ``start`` then returns only once that
+        containerd calls the plugin, which is later than the plugin's own ``ready_line``."""
         self.argv = list(argv)
         self.ready_line = ready_line
+        self.containerd = containerd
         self._proc: subprocess.Popen[str] | None = None
         self._lines: list[str] = []
         self._cond = threading.Condition()
@@ -49,11 +56,22 @@ class PluginProcess(Lifecycle):
 
     @classmethod
     def gpushare(
-        cls, nri_socket: str, *, pod_resources_socket: str | None = None, config: Path | None = None
+        cls, containerd: Containerd, *, pod_resources_socket: str | None = None, config: Path | None = None
     ) -> PluginProcess:
-        return cls(gpushare_command(nri_socket, pod_resources_socket=pod_resources_socket, config=config))
+        cmd = gpushare_command(containerd.nri_socket, pod_resources_socket=pod_resources_socket, config=config)
+        return cls(cmd, containerd=containerd)
+
+    def registrations(self) -> int:
+        """How often the containerd given has added this plugin (0 without one)."""
+        return self.containerd.nri_plugin_registrations(NRI_NAME) if self.containerd is not None else 0
+
+    def wait_registered(self, *, more_than: int, timeout_s: float = 30.0) -> None:
+        """Wait until the containerd given calls this plugin again (see ``registrations``)."""
+        if self.containerd is not None:
+            self.containerd.wait_nri_plugin(NRI_NAME, more_than=more_than, timeout_s=timeout_s)
 
     def start(self, timeout_s: float = 20.0) -> None:
+        before = self.registrations()
         self._proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
@@ -67,6 +85,7 @@ class PluginProcess(Lifecycle):
         self._reader.start()
         if self.ready_line:
             self.wait_for(self.ready_line, timeout_s=timeout_s)
+        self.wait_registered(more_than=before, timeout_s=timeout_s)
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None

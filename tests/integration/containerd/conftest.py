@@ -53,5 +53,5 @@ def fake_gpu() -> Iterator[FakeDevice]:
 @pytest.fixture(scope="module")
 def plugin(containerd: Containerd) -> Iterator[PluginProcess]:
     """`gpushare nri run` on this containerd, without PodResources (cross-pod is refused)."""
-    with PluginProcess.gpushare(containerd.nri_socket) as proc:
+    with PluginProcess.gpushare(containerd) as proc:
         yield proc

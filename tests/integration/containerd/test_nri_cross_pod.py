@@ -46,7 +46,7 @@ def _sharer(cri: CriClient, name: str, vids: list[str], *, mirror_on_pod: bool =
 def test_refused_without_pod_resources(
     containerd: Containerd, cri: CriClient, shadow: Pod, fake_gpu: FakeDevice
 ) -> None:
-    with PluginProcess.gpushare(containerd.nri_socket) as plugin:
+    with PluginProcess.gpushare(containerd) as plugin:
         pod, annotation = _sharer(cri, "sharer-nopr", VIDS[:1])
         with pytest.raises(CriError) as info:
             cri.create_container(pod, "app", annotations=annotation)
@@ -59,7 +59,7 @@ def test_refused_without_pod_resources(
 def podres_plugin(containerd: Containerd) -> Iterator[tuple[PodResourcesServer, PluginProcess]]:
     with (
         PodResourcesServer() as server,
-        PluginProcess.gpushare(containerd.nri_socket, pod_resources_socket=server.socket) as plugin,
+        PluginProcess.gpushare(containerd, pod_resources_socket=server.socket) as plugin,
     ):
         yield server, plugin
 

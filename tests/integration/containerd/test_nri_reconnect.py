@@ -20,12 +20,13 @@ def test_plugin_reconnects_after_containerd_restart(
     """Restarted at once, or down long enough for the plugin's connect back-off to grow."""
     before = cri.run_pod(f"before-restart-{int(down_s)}", annotations=same_pod_annotation("dind", "main"))
     run_source(cri, before, fake_gpu)
-    mark = plugin.mark()
+    mark, registered = plugin.mark(), plugin.registrations()
 
     containerd.stop()
     time.sleep(down_s)
     containerd.start()
     plugin.wait_for(READY_LINE, since=mark, timeout_s=30)  # a new registration + Synchronize
+    plugin.wait_registered(more_than=registered)  # and containerd has added it
     assert plugin.is_running()
 
     with CriClient(containerd.address, cgroup_parent=containerd.cgroup_parent) as fresh:

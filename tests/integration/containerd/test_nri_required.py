@@ -102,7 +102,7 @@ def remove(cri: CriClient, *pods: Pod) -> None:
 
 
 def gpushare_plugin(containerd: Containerd, podres: PodResourcesServer) -> PluginProcess:
-    return PluginProcess.gpushare(containerd.nri_socket, pod_resources_socket=podres.socket)
+    return PluginProcess.gpushare(containerd, pod_resources_socket=podres.socket)
 
 
 def runs(cri: CriClient, container_id: str) -> bool:
@@ -167,6 +167,7 @@ def test_a_plugin_that_hangs_during_the_call_lets_that_one_container_through(
             t0 = time.monotonic()
             hung = first.create_app(cri)
             waited_s = time.monotonic() - t0
+            registered = plugin.registrations()  # the create reached the plugin: it was added
             if containerd.install.is_v2:
                 with pytest.raises(CriError) as info:
                     second.create_app(cri)
@@ -177,6 +178,7 @@ def test_a_plugin_that_hangs_during_the_call_lets_that_one_container_through(
         cri.start_container(hung)
         assert probe(cri, hung, fake_gpu) == NOTHING
         plugin.wait_for(READY_LINE, since=mark, timeout_s=30)
+        plugin.wait_registered(more_than=registered)  # containerd adds it after its Synchronize returns
         retry = second.create_app(cri)
         cri.start_container(retry)
         assert probe(cri, retry, fake_gpu).cgroup_allows

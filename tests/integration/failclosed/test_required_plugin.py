@@ -80,7 +80,7 @@ def test_kubelet_retries_the_required_container_until_the_plugin_is_back(validat
     assert cluster.containerd.log_text().count("rejecting adjustment") >= 2  # two real CreateContainer calls
     assert not running(container_state(cluster, "sharer", "app"))
 
-    plugin = PluginProcess.gpushare(str(cluster.nri_socket), pod_resources_socket=str(cluster.pod_resources_socket))
+    plugin = PluginProcess.gpushare(cluster.containerd, pod_resources_socket=str(cluster.pod_resources_socket))
     with plugin:
         t0 = time.monotonic()
         wait_state(cluster, "sharer", "app", running, what="running once the plugin is back", timeout_s=120)
