@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from localcluster.agent_pod import AgentPod
 from localcluster.paths import REPO
@@ -75,12 +74,10 @@ def test_sigterm_stops_cleanly_and_removes_sockets(e2e: Env) -> None:
     plugin_dir = e2e.cluster.device_plugin_dir
     ours = [p for p in os.listdir(plugin_dir) if p.startswith("gpushare-")]
     assert ours, os.listdir(plugin_dir)
-    started = time.monotonic()
+    # Exit status 0: the agent ended on SIGTERM by itself (stop answers None when it had to kill it).
     assert e2e.agent.stop(timeout_s=20) == 0, e2e.agent.log_text()[-2000:]
-    took = time.monotonic() - started
     assert not [p for p in os.listdir(plugin_dir) if p.startswith("gpushare-")]
     assert "agent stopped" in e2e.agent.log_text()
-    assert took < 15, took
     e2e.agent.start()
     e2e.agent.wait_healthy()
 

@@ -244,9 +244,11 @@ def test_large_reply_starts_with_a_frame_of_at_most_4096_bytes(runtime: FakeRunt
 class _Slow:
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.returned = threading.Event()
 
     def create_container(self, pod: object, ctr: object) -> None:
-        self.release.wait(5)
+        self.release.wait(60)
+        self.returned.set()
 
 
 def test_slow_handler_answers_deadline_exceeded_and_stays_connected(runtime: FakeRuntime) -> None:
@@ -254,11 +256,9 @@ def test_slow_handler_answers_deadline_exceeded_and_stays_connected(runtime: Fak
     r = Running(plugin, runtime)
     try:
         assert runtime.ready.wait(5)
-        start = time.monotonic()
         reply = _create(runtime, _pod(), _ctr("c1", "main"), timeout_nano=400_000_000)
-        took = time.monotonic() - start
         assert reply.code == DEADLINE_EXCEEDED and "did not finish" in reply.message
-        assert took < 0.4
+        assert not plugin.returned.is_set()  # answered at the deadline, not when the handler gave up
         plugin.release.set()
         assert _create(runtime, _pod(), _ctr("c2", "main")).code == 0
     finally:
