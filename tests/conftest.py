@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -183,6 +184,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
     # Stable sort: non-integration first, in collection order.
     items.sort(key=lambda it: it.get_closest_marker("integration") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """Each test leaves the root logger as it found it. A command run in-process installs a
+    handler on sys.stderr (gpushare/log.py), which under CliRunner is a buffer closed when the
+    command returns; left in place, every later log line of any test, from any thread, fails
+    with 'I/O operation on closed file'."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
