@@ -174,7 +174,11 @@ class _Demand:
         pending: dict[ShareKey, list[SharePod]] = {}
         for sharer in snapshot.sharers:
             if sharer.is_pending:
-                pending.setdefault(sharer.key, []).append(sharer)
+                # Named in a users record, it is bound and admitted, and its slot is counted there:
+                # the pending watch has not caught up with the shadows' (two watches keep no
+                # order between them). Counted as asked too, it would make one shadow too many.
+                if sharer.facts.ref.key not in recorded:
+                    pending.setdefault(sharer.key, []).append(sharer)
             elif sharer.holds_slots and sharer.facts.ref.key not in recorded:
                 _count_unrecorded(sharer, by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), ()), used)
         return cls(used, alive, pending, snapshot, draining, recorded)

@@ -23,7 +23,7 @@ from controller.core.actions import (
     RecordEvent,
 )
 from controller.core.cluster_view import REASON_SHADOW_UNSCHEDULABLE
-from controller.core.model import Pool, ShadowPod, ShareKey, Snapshot
+from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
 from controller.core.pod_facts import ContainerFacts, PodFacts, PodRef, is_vendor_resource
 from controller.core.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
 from controller.core.share_solver import (
@@ -190,7 +190,7 @@ def _taken_ordinals(snapshot: Snapshot, key: ShareKey) -> set[int]:
     return {int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdecimal()}
 
 
-def _refusals(key: ShareKey, cfg: Config, snapshot: Snapshot) -> list[Action]:
+def _refusals(key: ShareKey, cfg: Config, pending: list[SharePod]) -> list[Action]:
     if key.pool.resource not in cfg.real_resources:
         reason = REASON_UNKNOWN_POOL
         why = (
@@ -203,7 +203,7 @@ def _refusals(key: ShareKey, cfg: Config, snapshot: Snapshot) -> list[Action]:
             f"gpushare: {key.resource} is not served here (shareSpecs {list(cfg.share_specs)}, devShareSpecs "
             f"{list(cfg.dev_share_specs)}); no shadow will be created for it"
         )
-    return [RecordEvent(p.ref, reason, why, "Warning") for p in snapshot.sharers if p.is_pending and p.key == key]
+    return [RecordEvent(p.ref, reason, why, "Warning") for p in pending]
 
 
 def plan_shadows(
@@ -217,16 +217,18 @@ def plan_shadows(
     configured |= {(keys.KIND_SHARE_DEV, n) for n in cfg.dev_share_specs}
     used = _used_slots(snapshot)
     warm = {ShareKey(Pool(cfg.real_resources[0]), k, n) for k, n in configured} if cfg.warm_shadows else set()
-    in_use = {s.key for s in snapshot.shadows if s.facts.is_alive} | {p.key for p in snapshot.sharers if p.is_pending}
+    recorded = {user.rsplit("/", 1)[0] for s in snapshot.shadows for user in s.users or ()}
+    waiting = [p for p in snapshot.sharers if p.is_pending and p.ref.key not in recorded]  # a record: bound
+    in_use = {s.key for s in snapshot.shadows if s.facts.is_alive} | {p.key for p in waiting}
     actions: list[Action] = []
     new_empty: dict[str, float] = {}
     demand: list[KeyDemand] = []
     for key in sorted(in_use | warm):
         alive = sorted((s for s in snapshot.shadows if s.facts.is_alive and s.key == key), key=lambda s: s.ref)
-        pending = [p for p in snapshot.sharers if p.is_pending and p.key == key]
+        pending = [p for p in waiting if p.key == key]
         is_served = (key.kind, key.spec) in configured and key.pool.resource in cfg.real_resources
         if not is_served:
-            actions += _refusals(key, cfg, snapshot)
+            actions += _refusals(key, cfg, pending)
             pending = []
             if not alive:
                 continue

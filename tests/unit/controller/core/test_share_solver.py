@@ -91,6 +91,16 @@ def test_demand_is_exact_ceil(pending: int, spec: int, existing_used: list[int],
         assert {c.reason for c in made} == {reason}
 
 
+def test_a_pending_sharer_a_users_record_names_is_bound_already_and_asks_for_nothing() -> None:
+    """The pending watch and the shadows' watch keep no order between them: a sharer can show
+    pending after its node recorded it on a shadow. Its slot is in the record; counted as asked
+    too, it would make one shadow too many."""
+    full = shadow("s0", users=used_users(4, "s0"))
+    assert creates(plan_shadows(snap([full, sharer("u3")]), CFG, NOW, {}).actions) == []
+    made = creates(plan_shadows(snap([full, sharer("u3"), sharer("other")]), CFG, NOW, {}).actions)
+    assert len(made) == 1  # a sharer no record names still asks
+
+
 def test_warm_pool_covers_every_configured_spec_of_the_default_pool() -> None:
     cfg = Config(node_name=NODE, warm_shadows=1, share_specs=(2, 4), dev_share_specs=(8,))
     made = creates(plan_shadows(snap([], cfg), cfg, NOW, {}).actions)
