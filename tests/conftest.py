@@ -199,22 +199,26 @@ def _root_logger_restored() -> Iterator[None]:
     root.setLevel(level)
 
 
+def _pool_of(thread: threading.Thread) -> str | None:
+    """The prefix of a pool worker's name ("<prefix>_<n>", as ThreadPoolExecutor names them), else None."""
+    head, sep, tail = thread.name.rpartition("_")
+    return head if sep and head and tail.isdecimal() else None
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_threads() -> Iterator[None]:
     before = set(threading.enumerate())
+    # A thread pool is named "<prefix>_<n>" and starts its workers only as work comes: a server a
+    # wider-scoped fixture started before this test may grow a worker during it and stop it later.
+    pools_before = {_pool_of(t) for t in before} - {None}
     yield
     # A gRPC server's executor threads end seconds after stop() on a machine running three lanes of
     # clusters; only a thread still alive after this is a leak.
     deadline = time.monotonic() + 10.0
     while True:
-        leaked = [
-            t
-            for t in threading.enumerate()
-            if t not in before and t.is_alive() and not t.daemon and not t.name.startswith("grpc")
-        ]
-        leaked += [
-            t for t in threading.enumerate() if t not in before and t.is_alive() and t.name.startswith("gpushare-")
-        ]
+        new = [t for t in threading.enumerate() if t not in before and t.is_alive() and _pool_of(t) not in pools_before]
+        leaked = [t for t in new if not t.daemon and not t.name.startswith("grpc")]
+        leaked += [t for t in new if t.daemon and t.name.startswith("gpushare-")]
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.02)
