@@ -39,8 +39,9 @@ class Running:
         self.thread = threading.Thread(target=self.stub.run, args=(self.stop,), name="gpushare-nri-run")
         self.thread.start()
 
-    def wait_connections(self, n: int, timeout_s: float = 5.0) -> int:
-        """The runtime sees Synchronize answered a moment before the stub counts the handshake."""
+    def wait_connections(self, n: int, timeout_s: float = 30.0) -> int:
+        """The runtime sees Synchronize answered a moment before the stub counts the handshake; on a
+        machine running three lanes of clusters that moment has exceeded 5 s."""
         deadline = time.monotonic() + timeout_s
         while self.stub.connections < n and time.monotonic() < deadline:
             time.sleep(0.005)
