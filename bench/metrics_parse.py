@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.stats import estimate_median
-from controller.metrics.adapters import parse_metrics, parse_text
+from gpumetrics import parse_metrics, parse_text
 
 REPEATS = 31
 QUICK_REPEATS = 5

@@ -6,7 +6,7 @@ sharers bound to them (with and without mapping records), pending sharers, lenda
 spot borrowers and plain pods, as the API's JSON that ``controller.io.kube_client`` hands the
 core. No API server: only the decision code runs. Timed per size:
 
-- **leader, cold**: ``controller.cluster_pass.plan_cluster`` over the caches the leader has
+- **leader, cold**: ``controller.share.cluster_pass.plan_cluster`` over the caches the leader has
   (its node's pods, every unscheduled pod, every shadow; "leader reads" in the table): merge,
   snapshot, ``plan_shadows`` and the unschedulable-shadow Warnings, every pod read afresh.
 - **leader, 1 pod changed**: the same, with the ``SnapshotMemo`` kept from the previous pass,
@@ -46,7 +46,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.stats import Estimate, estimate_median
-from controller.cluster_pass import plan_cluster
 from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import (
@@ -56,8 +55,9 @@ from controller.core.model import (
     encode_owner_annotation,
     encode_users_annotation,
 )
-from controller.core.share_solver import plan_node_shares, plan_shadows
-from controller.core.spot_solver import KmodView, plan_spot
+from controller.share.cluster_pass import plan_cluster
+from controller.share.solver import plan_node_shares, plan_shadows
+from controller.spot.solver import KmodView, plan_spot
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import format_spot_id

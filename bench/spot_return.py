@@ -80,8 +80,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.stats import estimate_median, format_percentile, median, tail_percentile  # noqa: E402
-from controller.metrics.fake_exporter import FakeGpu, write_dcgm  # noqa: E402
 from deviceplugins.policies import FAKE_DEVICE_PREFIX  # noqa: E402
+from gpumetrics.fake_exporter import FakeGpu, write_dcgm  # noqa: E402
 from gpushare import keys  # noqa: E402
 from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, process_agent  # noqa: E402
 from localcluster.bringup import running_cluster  # noqa: E402

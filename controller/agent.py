@@ -22,7 +22,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from controller.core.spot_model import GpuSpot
 from controller.http_endpoint import Endpoint
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
@@ -30,11 +29,12 @@ from controller.io.podresources import PodResourcesClient
 from controller.io.state import StateStore
 from controller.io.vendor_allocate import KubeletHolders, VendorAllocateResolver
 from controller.loop import ReconcileLoop
-from controller.metrics.adapters.model import DeviceMetrics
 from controller.metrics.exposition import AgentMetrics
 from controller.spot.lend_state import AgentLendState
 from controller.spot.runtime import SpotRuntime
+from controller.spot.solver import GpuSpot
 from deviceplugins import DevicePluginError, PluginManager
+from gpumetrics.model import DeviceMetrics
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.log import kv

@@ -50,7 +50,7 @@ from controller.core.actions import (
 from controller.core.pod_facts import PodRef
 from controller.io.state import StateStore
 from controller.report import Eviction
-from controller.spot_hooks import SpotHooks
+from controller.spot.hooks import SpotHooks
 from deviceplugins import AdvertisedDevice
 from gpushare import keys
 from gpushare.errors import GpushareError
@@ -98,7 +98,7 @@ class PodWriter(Protocol):
 
 
 # Lowers this node's count of a share resource (never raises it); True if it wrote. The agent's
-# is its Node watch's (controller/io/node_watch.py), which reads the Node it last saw, not a GET.
+# is its Node watch's (controller/share/node_watch.py), which reads the Node it last saw, not a GET.
 LowerCapacity = Callable[[str, int], bool]
 
 

@@ -6,11 +6,11 @@ GpushareError
     ├── KubeError               the API server refused or could not be reached
     │   ├── ResourceExpired     a watch or list resourceVersion is too old (410): list again
     │   └── ApiUnavailable      unreachable, timed out, 429 or 5xx (also a RetryLater)
-    ├── MetricsError            a metrics source could not be read or parsed at all
     ├── InvalidObject           a pod from the API lacks a field the controller needs (skipped)
-    ├── StateError              the state file under stateDir cannot be opened or is too new
-    └── ProcessError            a host process fact (/proc, cgroupfs) could not be read or acted on
-        └── KillTimeout         a container's processes outlived the kill bound
+    └── StateError              the state file under stateDir cannot be opened or is too new
+
+The parts the agent uses have trees of their own: ``gpumetrics.errors.MetricsError``,
+``podcgroups.errors.ProcessError``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,6 @@ class RetryLater(ControllerError):
 
 class KubeError(ControllerError):
     """The API server answered with an error or was unreachable; the message names the call."""
-
-
-class MetricsError(ControllerError):
-    """A metrics source could not be read (scrape failed, file missing); never a bad line."""
 
 
 class InvalidObject(ControllerError):
@@ -56,11 +52,3 @@ class ResourceExpired(KubeError):
 
 class ApiUnavailable(KubeError, RetryLater):
     """The API server did not answer in time, could not be reached, or asked us to back off."""
-
-
-class ProcessError(ControllerError):
-    """A host process fact (``/proc``, cgroupfs) could not be read or acted on; names the path."""
-
-
-class KillTimeout(ProcessError):
-    """SIGKILL did not empty a container's cgroup in time (a task stuck in the kernel, D state)."""

@@ -14,7 +14,7 @@ Inputs, each owned by its own named thread:
 
 The pass (``gpushare-controller-loop``) copies those inputs into a ``Snapshot``, calls the
 decision functions (the node's part, controller/node_pass.py: ``plan_spot`` and
-``plan_node_shares``; while leader, controller/cluster_pass.py: ``plan_shadows``), each part
+``plan_node_shares``; while leader, controller/share/cluster_pass.py: ``plan_shadows``), each part
 failing alone, and hands the returned actions, in list order, to the ``Applier``
 (controller/applier.py); pods it cannot read are skipped, logged once, counted and told why. A
 watch event, a Lease change or ``wake()`` asks for a pass at once; otherwise one runs at the
@@ -43,17 +43,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from controller.applier import Applier, DevicePlugins
-from controller.cluster_pass import ClusterPass, plan_cluster
 from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
-from controller.core.placing import Placing
 from controller.core.pod_problems import ProblemTracker
-from controller.core.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.namespace_cache import NamespaceCache
-from controller.io.node_watch import NodeWatch
 from controller.io.pod_cache import CacheView, PodCache
 from controller.io.podresources_entries import entries_from_pod_resources
 from controller.io.state import TIMER_SHADOW_EMPTY, StateStore
@@ -61,7 +57,11 @@ from controller.metrics.attribution import attribute
 from controller.node_pass import NodePass, PassParts, plan_node
 from controller.pacing import Pacer
 from controller.report import TickReport, build_report, count_allocated, describe_node
-from controller.spot_hooks import SpotHooks
+from controller.share.cluster_pass import ClusterPass, plan_cluster
+from controller.share.node_watch import NodeWatch
+from controller.share.placing import Placing
+from controller.share.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
+from controller.spot.hooks import SpotHooks
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.errors import GpushareError
@@ -106,7 +106,7 @@ class ReconcileLoop:
         self._store: StateStore | None = None
         self._elector, self._spot = elector, spot
         # The leader's reads of pods from its last pass (after one pod event, one pod is read again),
-        # and the sharers it saw pending (controller/core/placing.py).
+        # and the sharers it saw pending (controller/share/placing.py).
         self._cluster_memo = SnapshotMemo()
         self._placing: Placing = {}
         self.period_s, self._clock = period_s, clock
@@ -317,7 +317,7 @@ class ReconcileLoop:
         self._problems_logged = current  # only the last pass's: the set never grows past one pass
 
     def _plan_node(self, snap: Snapshot, mapping: MappingCache, now: float, parts: PassParts) -> NodePass:
-        # A withdrawal waits for the gap after a write-back (controller/core/shadow_drain.py): the
+        # A withdrawal waits for the gap after a write-back (controller/share/shadow_drain.py): the
         # pass is due when the next gap opens, not at whatever event comes after it closed.
         lowered = self._node_status.lowered_at()
         if gaps := [at + WRITE_BACK_SETTLE_S for at in lowered.values() if at + WRITE_BACK_SETTLE_S > now]:

@@ -19,20 +19,20 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from controller.core.actions import Action, SetSpotHealth
-from controller.core.holdings import bind_holdings, decode_bindings, encode_bindings
 from controller.core.mapping import MappingCache
 from controller.core.model import Snapshot, build_snapshot
-from controller.core.shadow_drain import (
+from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
+from controller.share.holdings import bind_holdings, decode_bindings, encode_bindings
+from controller.share.shadow_drain import (
     hold_withdrawals,
     in_write_back_gap,
     sharers_waiting,
     withdrawn_now,
     write_backs_may_hold,
 )
-from controller.core.share_solver import plan_node_shares
-from controller.core.spot_solver import GpuSpot, SpotPlan, plan_spot
-from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
-from controller.spot_hooks import SpotHooks
+from controller.share.solver import plan_node_shares
+from controller.spot.hooks import SpotHooks
+from controller.spot.solver import GpuSpot, SpotPlan, plan_spot
 from gpushare.config import Config
 from gpushare.errors import GpushareError
 from gpushare.log import kv

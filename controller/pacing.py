@@ -14,7 +14,7 @@ large cluster rests longer and takes in more events at once. The rest is CPU tim
 time: a pass that waited on the API server (its creates) did not keep a core busy.
 
 A rest is never longer than ``MAX_REST_S``. A rare pass costs far more than the others: the
-one that confirms idle shadows' deletion from fresh LISTs (controller/cluster_pass.py) spends
+one that confirms idle shadows' deletion from fresh LISTs (controller/share/cluster_pass.py) spends
 about two seconds of CPU at 1,000 nodes, and a rest nine times that held the next batch of
 deletions back by 18 s. Past a second the share of a core is allowed to rise for such a pass.
 """

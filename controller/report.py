@@ -17,9 +17,9 @@ from typing import Any
 
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot
-from controller.core.share_solver import KeyDemand
-from controller.core.spot_solver import GpuSpot
 from controller.metrics.attribution import Attribution
+from controller.share.solver import KeyDemand
+from controller.spot.solver import GpuSpot
 from gpushare import keys
 
 

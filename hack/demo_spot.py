@@ -5,7 +5,7 @@ owner "returns", the job is gone, and ``gpushare status`` says why.
     from hack.demo_spot import spot_act           # from another demo: spot_act(cluster)
 
 No GPU is needed: the fake vendor plugin serves two fake GPUs and the agent reads fake
-dcgm-exporter metrics from a file this script rewrites (controller/metrics/fake_exporter.py), through
+dcgm-exporter metrics from a file this script rewrites (gpumetrics/fake_exporter.py), through
 the real scrape and adapter path. Both are installed as in `make demo` (the agent is the
 DaemonSet's pod, installed with helm; ``localcluster/spot.py``). The agent started here runs with
 spot on; a calling demo must have removed its own agent and fake GPU plugin first (one agent per

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.spot.cgroups import CgroupIndex
 from localcluster.agent import AgentEndpoint, AgentSettings, config_doc
 from localcluster.cluster import Cluster
 from localcluster.errors import ClusterError
@@ -35,6 +34,7 @@ from localcluster.helm import RELEASE_NAMESPACE, Helm, daemonset_ready, import_i
 from localcluster.host import is_alive
 from localcluster.layout import NODE_NAME
 from localcluster.paths import REPO
+from podcgroups.cgroups import CgroupIndex
 
 CHART = REPO / "manifests" / "chart"
 RELEASE = "gpushare"

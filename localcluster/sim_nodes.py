@@ -44,10 +44,10 @@ from controller.core.actions import PublishCapacity
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot
 from controller.core.pod_facts import PodRef
-from controller.core.shadow_drain import is_drained, is_draining
 from controller.io.kube_client import KubeClient, WatchEvent
 from controller.io.pod_cache import PodCache
 from controller.node_pass import PassParts, plan_node
+from controller.share.shadow_drain import is_drained, is_draining
 from deviceplugins.policies import prefer_share
 from gpushare import keys
 from gpushare.config import Config

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.metrics.fake_exporter import FakeGpu, write_dcgm
+from gpumetrics.fake_exporter import FakeGpu, write_dcgm
 from gpushare import keys
 from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentHandle, AgentSettings, GpuPlugin
 from localcluster.cluster import Cluster

@@ -1,1 +1,4 @@
-"""Decision code: plain functions over plain data (pods, PodResources rows, metrics); no I/O, no clock."""
+"""The agent's shared vocabulary: pods and their roles, actions, records, the mapping, the idle detector.
+
+Plain functions over plain data; no I/O, no clock.
+"""

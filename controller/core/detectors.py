@@ -63,7 +63,7 @@ DEFAULT_MAX_GAP_S = 12.0
 
 
 class PodWorkload(Protocol):
-    """A pod the metrics say uses a device (``controller.metrics.adapters.Workload`` is one)."""
+    """A pod the metrics say uses a device (``gpumetrics.Workload`` is one)."""
 
     @property
     def namespace(self) -> str: ...
@@ -73,7 +73,7 @@ class PodWorkload(Protocol):
 
 
 class DeviceReading(Protocol):
-    """What the detector reads of one device in a scrape (``controller.metrics.adapters.DeviceMetrics`` is one).
+    """What the detector reads of one device in a scrape (``gpumetrics.DeviceMetrics`` is one).
 
     Decision code reads the metrics model through this shape instead of importing it, so
     ``controller.core`` stays below ``controller.metrics``.

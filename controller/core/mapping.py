@@ -174,7 +174,7 @@ class MappingCache:
 
         Pass this node's shadows and sharers: each agent writes the records it can vouch for.
         ``bindings``: (sharer uid, shadow ns/name) -> shadow uid, the agent's own
-        (controller/core/holdings.py).
+        (controller/share/holdings.py).
         """
         uid_by_key = {s.ref.key: s.ref.uid for s in shadows}
         out: list[AnnotatePod] = []

@@ -6,7 +6,7 @@ from PodResources and the API server on every pass. What is kept:
 - timers: ``(kind, key) -> since`` in wall-clock seconds; kinds used by the controller are
   ``shadow-empty`` (shadow uid -> first seen without sharers), ``spot-back`` (real ID ->
   when its owner last came back) and ``sharer-shadow`` (``<sharer uid> <shadow ns/name>
-  <shadow uid>`` -> when the node agent first saw that holding, controller/core/holdings.py);
+  <shadow uid>`` -> when the node agent first saw that holding, controller/share/holdings.py);
 - counters: ``(name, label) -> total``, e.g. evictions by reason, so ``/metrics`` totals
   survive a restart;
 - idle tracks: the idle detector's per-device history (``controller/core/idle_history.py``),

@@ -1,1 +1,1 @@
-"""GPU metrics: vendor exporter adapters, the scraper, the fake exporter and the agent's /metrics exposition."""
+"""The agent's own ``/metrics``: who holds or sees which GPU, and the Prometheus exposition of a pass."""

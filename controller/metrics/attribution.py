@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from controller.core.mapping import MappingCache
 from controller.core.model import Snapshot, is_shadow
 from controller.core.roles import ROLE_BORROWER, ROLE_DIND, ROLE_OWNER, ROLE_SHADOW, ROLE_SHARER, ROLES
-from controller.metrics.adapters.model import DeviceMetrics
+from gpumetrics.model import DeviceMetrics
 from gpushare import keys
 from gpushare.codecs import parse_same_pod_annotations
 from gpushare.errors import GpushareError

@@ -38,8 +38,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.metrics.adapters.model import DeviceMetrics
 from controller.metrics.attribution import Attribution, join_label_names, join_values, vendor_of
+from gpumetrics.model import DeviceMetrics
 from gpushare.errors import REFUSAL_REASONS
 
 # The text format generate_latest writes.

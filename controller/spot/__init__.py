@@ -1,1 +1,1 @@
-"""Spot on the host: the kernel-module bridge, the utilization watcher, pod cgroups and the killer."""
+"""Spot: lending an idle owner's GPU (design §6): the solver (pure), the hooks the loop calls, and the host side."""

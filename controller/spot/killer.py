@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.core.actions import KillPods
-from controller.spot.cgroups import CgroupLayout, PodCgroup, detect_layout, find_pod_cgroup
-from controller.spot.signals import PodKillReport, kill_pods
 from gpushare.errors import GpushareError
 from gpushare.log import kv
+from podcgroups.cgroups import CgroupLayout, PodCgroup, detect_layout, find_pod_cgroup
+from podcgroups.signals import PodKillReport, kill_pods
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from controller.core.actions import KmodCommand
-from controller.core.spot_solver import KmodView
+from controller.spot.solver import KmodView
 from gpukmod import KmodClient, KmodError
 from gpushare.log import kv
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from controller.core.spot_model import GpuSpot, SpotState
+from controller.spot.solver import GpuSpot, SpotState
 from gpushare.ids import format_spot_id
 from nri_plugin.errors import OracleUnavailable
 

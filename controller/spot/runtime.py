@@ -33,26 +33,26 @@ from typing import Any
 
 from controller.core.actions import REASON_OWNER_BACK, KillPods, KmodCommand
 from controller.core.detectors import IdleDetector, IdleVerdict
-from controller.core.spot_model import KmodView, ReturnTarget
-from controller.metrics.scrape import Scraper
-from controller.spot.cgroups import PROC_ROOT, CgroupIndex
 from controller.spot.counters import SpotCounters
+from controller.spot.hooks import SpotHooks
 from controller.spot.killer import KillOutcome, PodKiller
 from controller.spot.kmod_bridge import KmodBridge, open_kmod, refuse_kmod
-from controller.spot.pidns import PidnsCache
 from controller.spot.runtime_record import ReturnRecord, log_return_failure
+from controller.spot.solver import KmodView, ReturnTarget
 from controller.spot.utilization import UtilizationWatcher
-from controller.spot_hooks import SpotHooks
 from gpukmod import KmodError
+from gpumetrics.scrape import Scraper
 from gpushare.config import Config
 from gpushare.errors import GpushareError
+from podcgroups.cgroups import PROC_ROOT, CgroupIndex
+from podcgroups.pidns import PidnsCache
 
 SIGNAL_KEEP_S = 10.0  # how long a return signal waits for the kill it starts
 _MAX_KILLED = 1024  # pods remembered as killed, so a pod killed again each pass is counted once
 
 
 class SpotRuntime:
-    """What the agent builds for spot; ``hooks()`` are the loop's ``SpotHooks`` (controller/spot_hooks.py)."""
+    """What the agent builds for spot; ``hooks()`` are the loop's ``SpotHooks`` (controller/spot/hooks.py)."""
 
     def __init__(
         self,

@@ -18,10 +18,11 @@ from collections.abc import Callable
 
 from controller.core.detectors import IdleDetector, IdleState, IdleStatus, IdleVerdict, verdict_from_status
 from controller.core.idle_history import to_records, trusted_tracks
-from controller.errors import MetricsError, StateError
+from controller.errors import StateError
 from controller.io.state import StateStore
-from controller.metrics.adapters.model import DeviceMetrics
-from controller.metrics.scrape import Scraper
+from gpumetrics.errors import MetricsError
+from gpumetrics.model import DeviceMetrics
+from gpumetrics.scrape import Scraper
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)

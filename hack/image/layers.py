@@ -43,8 +43,11 @@ SOURCE_ROOTS = (
     "gpushare",
     "nri_plugin",
     "deviceplugins",
-    "controller",
     "gpukmod",
+    "gpumetrics",
+    "podcgroups",
+    "controller",
+    "cli",
 )
 SOURCE_SKIP_DIRS = {"__pycache__", "build"}
 SOURCE_SKIP_SUFFIXES = (".pyc", ".so", ".o", ".ko", ".mod", ".mod.c", ".cmd", ".egg-info")
@@ -90,10 +93,10 @@ PY_DROP = (
 )
 
 LAUNCHER = b"""#!/usr/bin/python3
-# gpushare's console script, written for Debian's python3 (`python3 -m controller.cli` works too).
+# gpushare's console script, written for Debian's python3 (`python3 -m cli.main` works too).
 import sys
 
-from controller.cli import main
+from cli.main import main
 
 sys.exit(main())
 """

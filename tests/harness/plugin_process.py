@@ -31,7 +31,7 @@ class PluginProcessError(RuntimeError):
 def gpushare_command(
     nri_socket: str, *, pod_resources_socket: str | None = None, config: Path | None = None
 ) -> list[str]:
-    exe = [str(GPUSHARE)] if GPUSHARE.exists() else [sys.executable, "-m", "controller.cli"]
+    exe = [str(GPUSHARE)] if GPUSHARE.exists() else [sys.executable, "-m", "cli.main"]
     cmd = [*exe, "nri", "run", "--socket", nri_socket]
     if pod_resources_socket:
         cmd += ["--pod-resources-socket", pod_resources_socket]

@@ -22,17 +22,17 @@ from controller.core.actions import (
     DeleteShadow,
     RecordEvent,
 )
-from controller.core.cluster_view import REASON_SHADOW_UNSCHEDULABLE
 from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
 from controller.core.pod_facts import ContainerFacts, PodFacts, PodRef, is_vendor_resource
-from controller.core.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
-from controller.core.share_solver import (
+from controller.errors import InvalidObject
+from controller.share.cluster_view import REASON_SHADOW_UNSCHEDULABLE
+from controller.share.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
+from controller.share.solver import (
     KeyDemand,
     ShadowPlan,
     build_shadow_manifest,
     shadow_name,
 )
-from controller.errors import InvalidObject
 from gpushare import keys
 from gpushare.config import Config
 

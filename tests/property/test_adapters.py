@@ -8,9 +8,9 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.metrics.adapters import AUTO, ParseResult, adapter_names, get_adapter, parse_metrics, parse_text
-from controller.metrics.adapters.base import MEM_FREE, MEM_TOTAL, MEM_USED, POWER, UTIL, TableAdapter
-from tests.unit.controller.metrics.adapters.expected import EXPECTED, fixture_text
+from gpumetrics import AUTO, ParseResult, adapter_names, get_adapter, parse_metrics, parse_text
+from gpumetrics.adapters.base import MEM_FREE, MEM_TOTAL, MEM_USED, POWER, UTIL, TableAdapter
+from tests.unit.gpumetrics.expected import EXPECTED, fixture_text
 
 FIXTURES = sorted(EXPECTED)
 VENDORS = [AUTO, *adapter_names()]
@@ -146,7 +146,7 @@ def test_line_order_does_not_change_the_devices(name: str, seed: int) -> None:
     assert parse_metrics("\n".join(lines)).devices == parse_metrics(text).devices
 
 
-# "Not measured" as each vendor writes it (controller/metrics/adapters/sentinels.py, docs/metrics.md "Sentinels"),
+# "Not measured" as each vendor writes it (gpumetrics/adapters/sentinels.py, docs/metrics.md "Sentinels"),
 # and what every vendor shares: NaN, infinities, negatives, and the unavailable words.
 SHARED_SENTINELS = ["NaN", "+Inf", "-1", "-100", "N/A", "[N/A]", "NA", "[Not Supported]", "<<<NOT_SUPPORTED>>>"]
 VENDOR_SENTINELS = {

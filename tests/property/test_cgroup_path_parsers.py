@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.errors import ProcessError
-from controller.spot.cgroup_paths import (
+from podcgroups.errors import ProcessError
+from podcgroups.paths import (
     CgroupDriver,
     ProcCgroup,
     parse_pod_path,

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.core.actions import CreateShadow
-from controller.core.cluster_view import plan_waiting_events
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Pool, ShareKey, build_snapshot, encode_owner_annotation
-from controller.core.placing import Seen
 from controller.core.pod_facts import PodRef, parse_pod
-from controller.core.share_solver import plan_node_shares, plan_shadows, shadow_is_gone, shadow_name
 from controller.errors import InvalidObject
+from controller.share.cluster_view import plan_waiting_events
+from controller.share.placing import Seen
+from controller.share.solver import plan_node_shares, plan_shadows, shadow_is_gone, shadow_name
 from gpushare import keys
 from gpushare.config import Config
 from tests.property import controller_reference as reference
@@ -218,7 +218,7 @@ def test_leader_plan_matches_the_straightforward_reference(
     unplaceable = data.draw(st.sets(st.sampled_from(pending))) if pending else set()
     plan = plan_shadows(snap, cfg, 100.0, timers, unplaceable=unplaceable)
     # With no sharer seen before, the memory of sharers on their way is just the pending ones
-    # (controller/core/placing.py; its rule is unit-tested in tests/unit/controller/core/test_placing.py).
+    # (controller/share/placing.py; its rule is unit-tested in tests/unit/controller/share/test_placing.py).
     assert plan.placing == {p.ref.key: Seen(p.key, p.quantity, since=100.0) for p in snap.sharers if p.is_pending}
     expected = reference.plan_shadows(snap, cfg, 100.0, timers, unplaceable)
     assert dataclasses.replace(plan, placing={}) == expected

@@ -1,7 +1,8 @@
-"""The agent stays readable: no controller module over 400 lines, no function over 60.
+"""Every product module holds one concept, says which in its docstring, and stays readable.
 
-A long module mixes concerns and a long function hides its steps; both grew back before these limits
-were checked. Generated protobuf stubs are exempt.
+A module is cut by what it is about, not by how long it grew: the ceiling below is loose on
+purpose, so it never decides where a concept ends, and it applies to every part alike. A module
+that reaches it holds two concepts; split it where they part. Generated protobuf stubs are exempt.
 """
 
 from __future__ import annotations
@@ -12,29 +13,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+PARTS = ("gpushare", "nri_plugin", "deviceplugins", "gpukmod", "gpumetrics", "podcgroups", "controller", "cli")
+MAX_MODULE_LINES = 600
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in (ROOT / "controller").rglob("*.py") if "_pb" not in p.parts)
+    return sorted(p for part in PARTS for p in (ROOT / part).rglob("*.py") if "_pb" not in p.parts)
 
 
-def test_the_controller_has_modules_to_check() -> None:
-    # A moved package must not turn the checks below into checks of nothing.
-    assert len(_modules()) > 30
+def test_every_part_has_modules_to_check() -> None:
+    # A moved or renamed part must not turn the checks below into checks of nothing.
+    for part in PARTS:
+        assert any(p.relative_to(ROOT).parts[0] == part for p in _modules()), f"no modules found under {part}/"
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_module_and_function_sizes(path: Path) -> None:
+def test_a_module_names_its_concept_and_stays_under_the_ceiling(path: Path) -> None:
     source = path.read_text()
     lines = len(source.splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines (limit {MAX_MODULE_LINES})"
-    long = [
-        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, from line {node.lineno})"
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.end_lineno is not None
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    ]
-    assert not long, f"{path.relative_to(ROOT)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+    assert lines <= MAX_MODULE_LINES, (
+        f"{path.relative_to(ROOT)} has {lines} lines (ceiling {MAX_MODULE_LINES}): it holds more than one concept"
+    )
+    docstring = ast.get_docstring(ast.parse(source))
+    assert docstring, f"{path.relative_to(ROOT)} has no docstring saying what it is"

@@ -22,12 +22,12 @@ import yaml
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot
 from controller.http_endpoint import Endpoint
-from controller.metrics.adapters.model import DeviceMetrics
-from controller.metrics.adapters.promtext import parse_text
 from controller.metrics.attribution import attribute, join_label_names
 from controller.metrics.exposition import AgentMetrics
 from controller.report import TickReport
 from controller.spot.counters import SpotCounters
+from gpumetrics.model import DeviceMetrics
+from gpumetrics.promtext import parse_text
 from localcluster import prometheus
 from localcluster.errors import ClusterUnavailable
 from tests.unit.controller.loop_pods import CFG, pod, shadow

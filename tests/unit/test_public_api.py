@@ -20,10 +20,11 @@ EXPECTED = {
         "plan_install",
         "unload",
     ],
-    "controller.metrics.adapters": [
+    "gpumetrics": [
         "AUTO",
         "DeviceMetrics",
         "GpuAdapter",
+        "MetricsError",
         "ParseResult",
         "ParsedText",
         "Sample",

@@ -69,7 +69,7 @@ NOT_CALLED_BY_THE_AGENT = {
     "list_events": "only `kubectl gpushare why` reads Events, with the user's own kubeconfig",
 }
 # Modules that run with the user's kubeconfig (a kubectl plugin), never the agent's token.
-USER_CREDENTIALS = {"controller/commands/kubectl_plugin.py"}
+USER_CREDENTIALS = {"cli/kubectl/plugin.py"}
 
 
 def _sites() -> list[tuple[str, Callable[[KubeClient], object], str]]:

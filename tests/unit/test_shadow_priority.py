@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from controller.core.model import Pool, ShareKey
-from controller.core.share_solver import build_shadow_manifest
+from controller.share.solver import build_shadow_manifest
 from gpushare import keys
 from gpushare.config import Config, load_config
 from gpushare.errors import ConfigError

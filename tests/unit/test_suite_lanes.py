@@ -26,5 +26,5 @@ def test_make_test_starts_one_worker_per_lane() -> None:
 def test_a_test_id_runs_in_its_tiers_lane() -> None:
     assert lane_of("tests/integration/e2e/test_sharing.py::test_x[a-b]") == "session-cluster"
     assert lane_of("tests/integration/kernel/test_qemu.py::test_gpukmod_in_qemu[6.1.0-50-amd64]") == "guests"
-    assert lane_of("tests/unit/controller/test_doctor_probe.py::test_decode_allocatable") == "mixed"
+    assert lane_of("tests/unit/cli/doctor/test_probes.py::test_decode_allocatable") == "mixed"
     assert lane_of("tests/property/test_share_solver.py::test_y") == "mixed"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from controller.io.kube_client import KubeClient
-from controller.io.node_watch import NodeWatch
+from controller.share.node_watch import NodeWatch
 from tests.integration.admission.conftest import OTHER_NODE, OTHER_NODE_SHARE, Admission
 
 FULL = "4"

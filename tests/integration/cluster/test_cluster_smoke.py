@@ -252,7 +252,7 @@ def test_start_time_and_memory(cluster: Cluster) -> None:
 def test_a_host_device_plugin_registers_through_the_private_dir(cluster: Cluster, tmp_path: Path) -> None:
     """The fake vendor plugin runs on the host, kubelet in its mount namespace: they meet in device_plugin_dir."""
     resource = f"example.com/gs-{uuid.uuid4().hex[:6]}"
-    # The console script of `pip install -e .` (controller.cli has no __main__ guard).
+    # The console script of `pip install -e .` (cli.main has no __main__ guard).
     argv = [str(Path(sys.executable).parent / "gpushare"), "fake-gpus", "--count", "2", "--resource", resource]
     argv += ["--dev-dir", str(tmp_path), "--plugin-dir", str(cluster.device_plugin_dir)]
     with open(tmp_path / "plugin.log", "wb") as log:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from controller.metrics.fake_exporter import FakeGpu, render_dcgm
+from gpumetrics.fake_exporter import FakeGpu, render_dcgm
 from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentHandle, AgentSettings, GpuPlugin
 from localcluster.cluster import Cluster
 from localcluster.deploy import fake_gpus, node_agent

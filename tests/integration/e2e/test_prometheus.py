@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping
 
-from controller.metrics.fake_exporter import FakeGpu, render_dcgm
+from gpumetrics.fake_exporter import FakeGpu, render_dcgm
 from gpushare import keys
 from localcluster.agent import FAKE_RESOURCE
 from localcluster.pods import pod_manifest, sharer

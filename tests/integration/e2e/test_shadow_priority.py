@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from controller.core.cluster_view import REASON_SHADOW_UNSCHEDULABLE
+from controller.share.cluster_view import REASON_SHADOW_UNSCHEDULABLE
 from localcluster.agent import FAKE_RESOURCE
 from localcluster.pods import pod_manifest, sharer
 from tests.integration.e2e.conftest import Env

@@ -11,11 +11,11 @@ import pytest
 
 from controller.core.model import Pool, ShareKey, build_snapshot
 from controller.core.pod_facts import PodRef
-from controller.core.share_solver import build_shadow_manifest, shadow_name
 from controller.errors import ApiUnavailable, KubeError
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.pod_cache import PodCache
+from controller.share.solver import build_shadow_manifest, shadow_name
 from gpushare import keys
 from gpushare.config import Config
 from tests.integration.kube.conftest import ApiServer

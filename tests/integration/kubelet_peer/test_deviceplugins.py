@@ -36,7 +36,7 @@ SPOT = keys.RESOURCE_SPOT_GPU
 FAKE = "example.com/gpu"
 ROOT = Path(__file__).resolve().parents[3]
 # The `gpushare` entry point, run from the checkout with this interpreter.
-CLI = [sys.executable, "-c", "from controller.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cli.main import main; main()"]
 
 Factory = Callable[..., PluginManager]
 

@@ -3,7 +3,7 @@
 The scheduler may bind a pending sharer to any shadow with a free slot, and the leader cannot
 see that choice before the binding lands. So while a sharer of a key is pending and the
 scheduler has not said it cannot place it, the leader drains none of that key's shadows
-(controller/core/shadow_drain.py, "A sharer on its way"). Here the real scheduler is stopped
+(controller/share/shadow_drain.py, "A sharer on its way"). Here the real scheduler is stopped
 (SIGSTOP) for longer than the idle timeout, which is the slowest a scheduler can be: the
 idle shadows must stay, and once it runs again the sharer binds to one and the spare one goes.
 """

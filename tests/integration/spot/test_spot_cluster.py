@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.spot.cgroups import CgroupIndex
 from gpushare import keys
 from localcluster.spot import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
+from podcgroups.cgroups import CgroupIndex
 
 SPOT = keys.RESOURCE_SPOT_GPU
 

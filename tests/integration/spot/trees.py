@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from controller.spot.cgroups import CGROUP_ROOT, ContainerCgroup
+from podcgroups.cgroups import CGROUP_ROOT, ContainerCgroup
 
 HIERARCHIES = ("freezer", "pids")
 

@@ -14,8 +14,8 @@ from controller.core.actions import KillPods, KmodCommand
 from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, build_snapshot
-from controller.core.spot_solver import SpotPlan, plan_spot
 from controller.spot.runtime import SpotRuntime
+from controller.spot.solver import SpotPlan, plan_spot
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import format_spot_id

@@ -18,8 +18,10 @@ def test_each_counted_line_is_one_the_agent_logs() -> None:
 def test_the_counts_are_per_line() -> None:
     log = "\n".join(
         [
-            "2026-12-03T14:00:00.000Z INFO  controller.io.node_watch: share count written back; lowered again node=n",
-            "2026-12-03T14:00:01.000Z INFO  controller.io.node_watch: share count written back; lowered again node=n",
+            "2026-12-03T14:00:00.000Z INFO  controller.share.node_watch: share count written back; "
+            "lowered again node=n",
+            "2026-12-03T14:00:01.000Z INFO  controller.share.node_watch: share count written back; "
+            "lowered again node=n",
             "2026-12-03T14:00:02.000Z INFO  controller.node_pass: a sharer waits for admission; draining devices "
             "kept listed resources=[]",
         ]

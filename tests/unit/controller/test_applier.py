@@ -26,10 +26,10 @@ from controller.core.actions import (
 )
 from controller.core.model import Pool, ShareKey
 from controller.core.pod_facts import PodRef
-from controller.core.spot_solver import KmodView
 from controller.errors import ApiUnavailable
 from controller.io.state import StateStore
-from controller.spot_hooks import SpotHooks
+from controller.spot.hooks import SpotHooks
+from controller.spot.solver import KmodView
 from gpushare import keys
 
 WEB = PodRef("default", "web", "uid-web")

@@ -11,11 +11,11 @@ from typing import Any
 
 from controller.core.detectors import IdleVerdict
 from controller.core.pod_facts import PodRef
-from controller.core.spot_solver import KmodView, ReturnTarget
 from controller.errors import ApiUnavailable
 from controller.io.kube_client import WatchEvent
 from controller.loop import ReconcileLoop
-from controller.spot_hooks import SpotHooks
+from controller.spot.hooks import SpotHooks
+from controller.spot.solver import KmodView, ReturnTarget
 from gpushare import keys
 from gpushare.config import load_config
 from gpushare.errors import GpushareError

@@ -11,14 +11,14 @@ import pytest
 from controller.core.actions import Action, AnnotatePod, PublishCapacity, SetDevices
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry
-from controller.core.shadow_drain import (
+from controller.errors import ApiUnavailable
+from controller.node_pass import PassParts, plan_node
+from controller.share.shadow_drain import (
     DRAIN_SETTLE_S,
     WITHDRAW_WINDOW_S,
     WRITE_BACK_HOLD_MAX_S,
     WRITE_BACK_SETTLE_S,
 )
-from controller.errors import ApiUnavailable
-from controller.node_pass import PassParts, plan_node
 from gpushare import keys
 from gpushare.config import Config
 from tests.unit.controller.podmaker import NODE, row, shadow, sharer, snap

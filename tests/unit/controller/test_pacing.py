@@ -9,7 +9,7 @@ import pytest
 
 from controller.pacing import MAX_REST_S, PASS_SHARE, Pacer
 from gpushare.errors import GpushareError
-from tests.unit.controller.io.test_node_watch import Clock
+from tests.unit.controller.share.test_node_watch import Clock
 from tests.unit.controller.test_loop import make_loop, running_passes, wait_for
 
 

@@ -6,9 +6,9 @@ import json
 
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Pool, ShareKey, build_snapshot
-from controller.core.share_solver import KeyDemand
-from controller.core.spot_solver import GpuSpot, SpotState
 from controller.report import Eviction, ShadowStatus, TickReport, build_report, count_allocated, describe_node
+from controller.share.solver import KeyDemand
+from controller.spot.solver import GpuSpot, SpotState
 from tests.unit.controller.loop_pods import CFG, pod, shadow
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controller.commands import kmod as cli
+from cli import kmod as kmod_cli
 from gpukmod import InstallAction, KmodError
 from gpukmod.module import KernelFacts
 
@@ -26,15 +26,15 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ..
         seen.append(("install", str(ko), params))
         return InstallAction.REPLACE
 
-    monkeypatch.setattr(cli, "build_module", build)
-    monkeypatch.setattr(cli, "install", install)
-    monkeypatch.setattr(cli, "ko_version", lambda ko: "0.1.0")
+    monkeypatch.setattr(kmod_cli, "build_module", build)
+    monkeypatch.setattr(kmod_cli, "install", install)
+    monkeypatch.setattr(kmod_cli, "ko_version", lambda ko: "0.1.0")
     return seen
 
 
 def test_install_builds_against_kernel_dir_with_params(calls: list[tuple[str, ...]], tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        cli.app, ["install", "--kernel-dir", "/k", "--out", str(tmp_path), "--max-block-ms", "500"]
+        kmod_cli.app, ["install", "--kernel-dir", "/k", "--out", str(tmp_path), "--max-block-ms", "500"]
     )
     assert result.exit_code == 0, result.output
     assert calls == [
@@ -47,7 +47,7 @@ def test_install_builds_against_kernel_dir_with_params(calls: list[tuple[str, ..
 def test_install_takes_config_values(calls: list[tuple[str, ...]], tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("version: v1\nmaxBlockMs: 1200\nnetlinkProtocol: 30\n")
-    result = CliRunner().invoke(cli.app, ["install", "--ko", "/x.ko", "--config", str(config)])
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--ko", "/x.ko", "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert calls == [("install", "/x.ko", "max_block_ms=1200 nl_unit=30")]
 
@@ -56,9 +56,9 @@ def test_errors_print_the_hint_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> No
     def refuse() -> None:
         raise KmodError(errno.EAGAIN, "unload", "gpukmod")
 
-    monkeypatch.setattr(cli, "loaded_version", lambda: "0.1.0")
-    monkeypatch.setattr(cli, "unload", refuse)
-    result = CliRunner().invoke(cli.app, ["unload"])
+    monkeypatch.setattr(kmod_cli, "loaded_version", lambda: "0.1.0")
+    monkeypatch.setattr(kmod_cli, "unload", refuse)
+    result = CliRunner().invoke(kmod_cli.app, ["unload"])
     assert result.exit_code == 1
     assert "close the listener socket" in result.output
 
@@ -75,8 +75,8 @@ def _facts(**changes: object) -> KernelFacts:
 def machine(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, ...]]) -> list[KernelFacts]:
     """The kernel facts the command will read (the test sets them); build and install are recorded."""
     box = [_facts()]
-    monkeypatch.setattr(cli, "read_kernel_facts", lambda kernel_dir: box[0])
-    monkeypatch.setattr(cli, "source_version", lambda: "0.1.0")
+    monkeypatch.setattr(kmod_cli, "read_kernel_facts", lambda kernel_dir: box[0])
+    monkeypatch.setattr(kmod_cli, "source_version", lambda: "0.1.0")
     return box
 
 
@@ -90,7 +90,7 @@ def test_best_effort_skips_without_headers_in_one_line(
     machine: list[KernelFacts], calls: list[tuple[str, ...]]
 ) -> None:
     machine[0] = _facts(headers=False)
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort"])
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--best-effort"])
     assert result.exit_code == 0
     line = _one_line(result.output)
     assert line.startswith("gpukmod not installed: no kernel headers for the running kernel 6.1.0-50-amd64")
@@ -100,7 +100,7 @@ def test_best_effort_skips_without_headers_in_one_line(
 
 def test_best_effort_skips_under_secure_boot_lockdown(machine: list[KernelFacts], calls: list[tuple[str, ...]]) -> None:
     machine[0] = _facts(lockdown="none [integrity] confidentiality", secure_boot=b"\x06\x00\x00\x00\x01")
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort"])
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--best-effort"])
     assert result.exit_code == 0
     assert "lockdown is 'integrity' (Secure Boot is on)" in _one_line(result.output)
     assert calls == []
@@ -110,7 +110,7 @@ def test_best_effort_keeps_our_loaded_version_without_building(
     machine: list[KernelFacts], calls: list[tuple[str, ...]]
 ) -> None:
     machine[0] = _facts(loaded="0.1.0", headers=False)
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort"])
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--best-effort"])
     assert result.exit_code == 0
     assert _one_line(result.output) == "gpukmod 0.1.0: keep (version 0.1.0 is already loaded)"
     assert calls == []
@@ -119,7 +119,9 @@ def test_best_effort_keeps_our_loaded_version_without_building(
 def test_best_effort_installs_where_it_can(
     machine: list[KernelFacts], calls: list[tuple[str, ...]], tmp_path: Path
 ) -> None:
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort", "--out", str(tmp_path), "--max-block-ms", "500"])
+    result = CliRunner().invoke(
+        kmod_cli.app, ["install", "--best-effort", "--out", str(tmp_path), "--max-block-ms", "500"]
+    )
     assert result.exit_code == 0, result.output
     assert [c[0] for c in calls] == ["build", "install"]
     assert _one_line(result.output) == f"gpukmod 0.1.0: replace ({tmp_path / 'gpukmod.ko'})"
@@ -139,8 +141,8 @@ def test_best_effort_turns_a_refused_load_into_one_line(
     def refuse(ko: Path, params: str) -> InstallAction:
         raise KmodError(code, "load", str(ko))
 
-    monkeypatch.setattr(cli, "install", refuse)
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort", "--ko", "/built/gpukmod.ko"])
+    monkeypatch.setattr(kmod_cli, "install", refuse)
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--best-effort", "--ko", "/built/gpukmod.ko"])
     assert result.exit_code == 0
     line = _one_line(result.output)
     assert line.startswith("gpukmod not installed: ") and words in line, line
@@ -152,17 +154,17 @@ def test_best_effort_turns_a_failed_build_into_one_line(
     def fail(kernel_dir: Path, out: Path) -> Path:
         raise KmodError(errno.ENOEXEC, "build", "make failed, see /b/build.log:\ngpukmod.c:1: error: boom\n")
 
-    monkeypatch.setattr(cli, "build_module", fail)
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort"])
+    monkeypatch.setattr(kmod_cli, "build_module", fail)
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--best-effort"])
     assert result.exit_code == 0
     assert "build failed: Exec format error (ENOEXEC): make failed, see /b/build.log" in _one_line(result.output)
-    plain = CliRunner().invoke(cli.app, ["install"])
+    plain = CliRunner().invoke(kmod_cli.app, ["install"])
     assert plain.exit_code == 1 and "error: boom" in plain.output  # without the flag a failure still fails
 
 
 def test_best_effort_on_this_machine_never_fails(tmp_path: Path) -> None:
     """Unpatched: the real kernel's facts. No headers at --kernel-dir, so nothing is built or loaded."""
-    result = CliRunner().invoke(cli.app, ["install", "--best-effort", "--kernel-dir", str(tmp_path / "none")])
+    result = CliRunner().invoke(kmod_cli.app, ["install", "--best-effort", "--kernel-dir", str(tmp_path / "none")])
     assert result.exit_code == 0, result.output
     line = _one_line(result.output)
     assert line.startswith(("gpukmod not installed: ", "gpukmod ")), line

@@ -14,8 +14,8 @@ from nri_plugin._pb import nri_pb2
 from .fake_runtime import FakeRuntime
 
 ROOT = Path(__file__).resolve().parents[3]
-# controller/cli.py has no __main__ guard; call its entry point the way the console script does.
-GPUSHARE = [sys.executable, "-c", "from controller.cli import main; main()"]
+# cli/main.py has no __main__ guard; call its entry point the way the console script does.
+GPUSHARE = [sys.executable, "-c", "from cli.main import main; main()"]
 
 
 def test_run_logs_one_line_per_decision_and_stops_on_sigterm() -> None:

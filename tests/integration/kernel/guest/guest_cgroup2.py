@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.spot.cgroups import CgroupDriver, CgroupVersion, PodCgroup, detect_layout, find_pod_cgroup
-from controller.spot.signals import kill_pods
+from podcgroups.cgroups import CgroupDriver, CgroupVersion, PodCgroup, detect_layout, find_pod_cgroup
+from podcgroups.signals import kill_pods
 from tests.integration.kernel.guest.runc_pods import (
     CGROUP_ROOT,
     FORK_LOOP,

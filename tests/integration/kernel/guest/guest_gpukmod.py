@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from controller.commands.kmod import app
+from cli.kmod import app
 from gpukmod import InstallAction, KmodClient, KmodError, install, loaded_version, unload
 from gpukmod.module import ko_version, source_version
 from gpukmod.protocol import MAX_COMMAND_LEN, CommandRejected, ioc, parse_command

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from controller.core.actions import KmodCommand
-from controller.core.spot_solver import SpotState
 from controller.spot.killer import PodKiller
 from controller.spot.kmod_bridge import KmodBridge
 from controller.spot.runtime import SpotRuntime
+from controller.spot.solver import SpotState
 from tests.integration.kernel.guest.common import Worker, in_guest, module_loaded
 from tests.integration.spot.world import agent_pass, spot_world
 

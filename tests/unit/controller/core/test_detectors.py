@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.detectors import DeviceTrack, IdleDetector, IdleState
-from controller.metrics.adapters import DeviceMetrics, Workload
+from gpumetrics import DeviceMetrics, Workload
 from gpushare.config import Config, MetricsConfig
 from gpushare.errors import ConfigError
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from controller.core.actions import CreateShadow
-from controller.core.cluster_view import merge_pods
 from controller.core.mapping import MappingCache
 from controller.core.pod_facts import FIELD_UNREADABLE, PodRef
 from controller.core.pod_problems import REASON_INVALID_POD, ProblemTracker
 from controller.core.records import parse_owner_annotation, parse_users_annotation
-from controller.core.share_solver import plan_shadows
+from controller.share.cluster_view import merge_pods
+from controller.share.solver import plan_shadows
 from gpushare import keys
 from gpushare.config import Config
 from tests.unit.controller.podmaker import NODE, pod, row, sharer, snap

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controller.core.detectors import IdleDetector, IdleState, verdict_from_status
 from controller.core.idle_history import SavedWorkload, TrackRecord, to_records, trusted_tracks
-from controller.metrics.adapters import DeviceMetrics, Workload
+from gpumetrics import DeviceMetrics, Workload
 
 WINDOW = 600.0
 GAP = 12.0

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from controller.cluster_pass import plan_cluster
 from controller.core.model import Pool, ShareKey, SnapshotMemo, encode_owner_annotation
-from controller.core.share_solver import shadow_name
+from controller.share.cluster_pass import plan_cluster
+from controller.share.solver import shadow_name
 from gpushare import keys
 from gpushare.config import Config
 from tests.unit.controller.podmaker import pod, shadow, sharer

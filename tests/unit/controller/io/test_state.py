@@ -8,10 +8,10 @@ import pytest
 
 from controller.core.actions import AnnotatePod
 from controller.core.idle_history import TrackRecord
-from controller.core.share_solver import plan_shadows
 from controller.errors import StateError
 from controller.io import state as state_module
 from controller.io.state import FILE_NAME, SCHEMA_VERSION, TIMER_SHADOW_EMPTY, TIMER_SPOT_BACK, StateStore
+from controller.share.solver import plan_shadows
 from gpushare.config import Config
 from tests.unit.controller.podmaker import NODE, shadow, snap
 
@@ -76,7 +76,7 @@ def test_an_idle_clock_survives_an_agent_restart(tmp_path: Path) -> None:
         store.save_timers(TIMER_SHADOW_EMPTY, plan.empty_since)
     with StateStore(cfg.state_dir) as store:  # after: the clock still reads from 1000, not from now
         later = plan_shadows(s, cfg, 1000.0 + cfg.shadow_idle_timeout_s, store.load_timers(TIMER_SHADOW_EMPTY))
-    # Removal starts by marking the shadow draining (controller/core/shadow_drain.py).
+    # Removal starts by marking the shadow draining (controller/share/shadow_drain.py).
     assert [a.ref.name for a in later.actions if isinstance(a, AnnotatePod) and a.value] == ["s"]
 
 

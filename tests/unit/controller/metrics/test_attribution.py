@@ -8,7 +8,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, build_snapshot
-from controller.metrics.adapters.model import DeviceMetrics
 from controller.metrics.attribution import (
     JOIN_LABELS,
     Attribution,
@@ -21,6 +20,7 @@ from controller.metrics.attribution import (
 )
 from controller.metrics.exposition import AgentMetrics
 from controller.report import TickReport
+from gpumetrics.model import DeviceMetrics
 from tests.unit.controller.loop_pods import CFG, pod, shadow
 
 SHADOW = "gpushare-system/s"

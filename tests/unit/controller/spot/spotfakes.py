@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.core.detectors import IdleDetector
-from controller.metrics.scrape import Scraper
-from controller.spot.cgroups import CgroupDriver, CgroupLayout, CgroupVersion, PodCgroup
-from controller.spot.signals import PodKillReport
 from controller.spot.utilization import UtilizationWatcher
 from gpukmod import KmodError
+from gpumetrics.scrape import Scraper
+from podcgroups.cgroups import CgroupDriver, CgroupLayout, CgroupVersion, PodCgroup
+from podcgroups.signals import PodKillReport
 
 
 class RecordingClient:

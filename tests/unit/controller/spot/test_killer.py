@@ -10,7 +10,6 @@ import pytest
 
 from controller.core.actions import REASON_OWNER_BACK, KillPods, PodToKill
 from controller.core.pod_facts import PodRef
-from controller.errors import ProcessError
 from controller.spot.killer import (
     ERROR_FAILED,
     ERROR_NO_CGROUP,
@@ -18,6 +17,7 @@ from controller.spot.killer import (
     ERROR_NO_TASKS,
     PodKiller,
 )
+from podcgroups.errors import ProcessError
 from tests.unit.controller.spot.spotfakes import LAYOUT, FakeHost, kill_report
 
 A = PodRef("spot", "a", "uid-a")

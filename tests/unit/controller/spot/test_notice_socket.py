@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controller import cli
+from cli import main as cli
 from controller.core.actions import KmodCommand
 from controller.spot.kmod_bridge import KmodBridge
 from controller.spot.notice_socket import MAX_LINE, NoticeSocketClient, notice_socket_factory, parse_notice

@@ -14,14 +14,14 @@ import pytest
 
 from controller.core.actions import REASON_OWNER_BACK, REASON_OWNER_LEFT, KillPods, KmodCommand, PodToKill
 from controller.core.pod_facts import PodRef
-from controller.core.spot_model import ReturnTarget
 from controller.metrics.exposition import render_text
-from controller.metrics.fake_exporter import FakeGpu, write_dcgm
-from controller.spot.cgroups import CgroupDriver, CgroupIndex, CgroupVersion, detect_layout
 from controller.spot.killer import PodKiller
 from controller.spot.kmod_bridge import KmodBridge
 from controller.spot.runtime import SpotRuntime
-from tests.unit.controller.spot import podtrees
+from controller.spot.solver import ReturnTarget
+from gpumetrics.fake_exporter import FakeGpu, write_dcgm
+from podcgroups.cgroups import CgroupDriver, CgroupIndex, CgroupVersion, detect_layout
+from tests.unit.podcgroups import podtrees
 from tests.unit.controller.spot.spotfakes import FakeHost, RecordingClient, absent, kill_report, watcher_on
 
 A = PodRef("spot", "a", "uid-a")

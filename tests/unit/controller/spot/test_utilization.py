@@ -11,9 +11,9 @@ import pytest
 from controller.core.detectors import IdleDetector
 from controller.errors import StateError
 from controller.io.state import FILE_NAME, StateStore
-from controller.metrics.fake_exporter import FakeGpu, write_dcgm
-from controller.metrics.scrape import Scraper
 from controller.spot.utilization import UtilizationWatcher
+from gpumetrics.fake_exporter import FakeGpu, write_dcgm
+from gpumetrics.scrape import Scraper
 from tests.unit.controller.spot.spotfakes import watcher_on
 
 

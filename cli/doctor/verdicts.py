@@ -1,0 +1,330 @@
+"""`gpushare doctor`'s verdicts: what each fact about the node means, as ok / warn / fail and one fix.
+
+The probes (``cli.doctor.host_probe`` and the command) read the host into the plain facts of
+``cli.doctor.facts``; ``diagnose`` turns them into one ``Check`` per concern, in the order an operator fixes
+them (the runtime first, the agent last). A check fails only when a feature that is turned on
+cannot work; the same problem under a feature that is off is a warning. Sharing and
+Docker-in-Docker are always on (they need NRI, the kubelet sockets and a vendor plugin); spot
+is on unless the agent runs with ``--no-spot`` (it also needs an exporter, pod cgroups and a
+way to see owners return).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from cli.doctor.facts import (
+    AgentFact,
+    CgroupFact,
+    ContainerdFact,
+    ExporterFact,
+    KmodFact,
+    KubeletFact,
+    NodeFacts,
+    NriFact,
+    parse_version,
+)
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One concern: what was found (``summary``) and, unless ok, the one thing to do (``hint``)."""
+
+    name: str
+    status: Status
+    summary: str
+    hint: str = ""
+
+
+NRI_SECTION = '[plugins."io.containerd.nri.v1.nri"]'
+_MIN_NRI = (1, 7)
+
+
+def _spot_level(spot: bool) -> Status:
+    return Status.FAIL if spot else Status.WARN
+
+
+def check_containerd(c: ContainerdFact, nri: NriFact, nri_socket: str) -> Check:
+    version_text = nri.runtime_version or c.version
+    source = "NRI handshake" if nri.runtime_version else "its binary"
+    if c.pid is None and not nri.runtime_version:
+        found = f"; running: {'; '.join(c.others)}" if c.others else ""
+        return Check(
+            "containerd",
+            Status.FAIL,
+            f"no running containerd is configured with the NRI socket {nri_socket}{found}",
+            "start containerd, or set nri.socket in the gpushare config to the socket_path in containerd's "
+            f"{NRI_SECTION} section",
+        )
+    version = parse_version(version_text)
+    where = f" (pid {c.pid}, config {c.config_path})" if c.pid is not None else ""
+    if version is None:
+        return Check(
+            "containerd", Status.WARN, f"containerd of unknown version{where}", "gpushare needs containerd 1.7 or later"
+        )
+    summary = f"containerd {version_text} (from {source}){where}"
+    if version[:2] < _MIN_NRI:
+        return Check("containerd", Status.FAIL, summary, "NRI needs containerd 1.7 or later: upgrade containerd")
+    return Check("containerd", Status.OK, summary)
+
+
+def check_nri_config(c: ContainerdFact, nri_socket: str) -> Check:
+    if c.pid is None:
+        return Check("nri-config", Status.WARN, "no containerd config names this socket; see the containerd check")
+    if c.config_error:
+        return Check(
+            "nri-config",
+            Status.WARN,
+            f"cannot read containerd's config: {c.config_error}",
+            "the nri-socket check below decides whether NRI works",
+        )
+    if c.nri_disabled:
+        return Check(
+            "nri-config",
+            Status.FAIL,
+            f"NRI is disabled in {c.config_path} (containerd 1.7 turns it off unless told otherwise)",
+            f"set disable = false under {NRI_SECTION} in {c.config_path} and restart containerd (docs/nri.md)",
+        )
+    return Check("nri-config", Status.OK, f"NRI enabled in {c.config_path}, socket_path {c.nri_socket}")
+
+
+def check_nri_socket(nri: NriFact) -> Check:
+    s = nri.socket
+    if not s.ok:
+        hint = (
+            "containerd creates the NRI socket only with NRI enabled: fix nri-config, or point nri.socket at "
+            "containerd's socket_path (and mount its directory into the agent pod)"
+        )
+        return Check("nri-socket", Status.FAIL, f"NRI socket {s.describe()}", hint)
+    if nri.error:
+        return Check(
+            "nri-socket",
+            Status.FAIL,
+            f"NRI socket {s.path} accepts connections but the handshake failed: {nri.error}",
+            "see containerd's log for the NRI plugin registration",
+        )
+    return Check("nri-socket", Status.OK, f"NRI socket {s.path}: handshake with {nri.runtime} {nri.runtime_version}")
+
+
+def check_cgroup(cg: CgroupFact, c: ContainerdFact, spot: bool) -> Check:
+    kubelet = f", kubelet cgroupDriver {cg.kubelet_driver}" if cg.kubelet_driver else ""
+    desc = f"cgroup {cg.version or 'filesystem not found'} at {cg.root}{kubelet}"
+    if cg.spot_blocked:
+        return Check(
+            "cgroup",
+            _spot_level(spot),
+            f"{desc}; spot finds no pod cgroups, so nothing is lent: {cg.spot_blocked}",
+            "point spot.cgroupRoot at the host's cgroup mount that holds kubelet's kubepods cgroups",
+        )
+    driver = cg.kubelet_driver or cg.layout_driver
+    runtime = None if c.systemd_cgroup is None else ("systemd" if c.systemd_cgroup else "cgroupfs")
+    if driver and runtime and driver != runtime:
+        return Check(
+            "cgroup",
+            Status.WARN,
+            f"{desc}, but containerd's runc uses {runtime} (SystemdCgroup = {str(c.systemd_cgroup).lower()})",
+            "make kubelet's cgroupDriver and containerd's SystemdCgroup agree, or pods fail to start",
+        )
+    return Check("cgroup", Status.OK, f"{desc}; spot: {cg.spot_layout or 'not looked at'}")
+
+
+def check_device_plugin_dir(k: KubeletFact) -> Check:
+    if not k.plugin_dir_exists:
+        return Check(
+            "device-plugins",
+            Status.FAIL,
+            f"the device-plugin directory {k.plugin_dir} does not exist",
+            "set kubelet.devicePluginDir to kubelet's <root-dir>/device-plugins/ (and mount it into the agent pod)",
+        )
+    if not k.registration.ok:
+        return Check(
+            "device-plugins",
+            Status.FAIL,
+            f"kubelet's registration socket {k.registration.describe()}",
+            "is kubelet running with this --root-dir? gpushare's device plugins register through it",
+        )
+    return Check("device-plugins", Status.OK, f"{k.registration.path} answers")
+
+
+def check_pod_resources(k: KubeletFact) -> Check:
+    hint = (
+        "set kubelet.podResourcesSocket to kubelet's <root-dir>/pod-resources/kubelet.sock (and mount its "
+        "directory); without it every cross-pod instruction is refused"
+    )
+    if not k.pod_resources.ok:
+        return Check("pod-resources", Status.FAIL, f"PodResources socket {k.pod_resources.describe()}", hint)
+    if k.list_error:
+        return Check("pod-resources", Status.FAIL, f"PodResources List failed: {k.list_error}", "see kubelet's log")
+    return Check("pod-resources", Status.OK, f"PodResources {k.pod_resources.path}: List answered ({k.pods} pods)")
+
+
+def _vendor_check(k: KubeletFact, resource: str, live: list[str]) -> Check:
+    name = f"vendor {resource}"
+    devices = (k.devices or {}).get(resource) if k.devices is not None else None
+    api = (k.api_allocatable or {}).get(resource, 0) if k.api_allocatable is not None else None
+    count = devices if devices is not None else api
+    sockets = ", ".join(live) or "none"
+    seen = "" if api is None else f"; node allocatable {api}"
+    if count and live and api != 0:
+        return Check(name, Status.OK, f"{count} devices (kubelet){seen}; vendor plugin sockets: {sockets}")
+    if count and api == 0:
+        return Check(
+            name,
+            Status.FAIL,
+            f"kubelet lists {count} devices but the node's allocatable is 0 (all unhealthy)",
+            "see the vendor plugin's log",
+        )
+    if count:
+        return Check(
+            name,
+            Status.FAIL,
+            f"kubelet lists {count} devices but no vendor device plugin socket answers in {k.plugin_dir}",
+            "the vendor device plugin is down: check its pod (kubelet drops its devices a few minutes later)",
+        )
+    if live:
+        return Check(
+            name,
+            Status.FAIL,
+            f"no devices of {resource} on this node; plugin sockets {sockets} serve other resources",
+            "set realResources in the gpushare config to the resource your vendor plugin advertises",
+        )
+    unknown = " (kubelet's device list unavailable)" if count is None else ""
+    return Check(
+        name,
+        Status.FAIL,
+        f"no vendor device plugin: no socket answers in {k.plugin_dir} and kubelet lists no {resource}{unknown}",
+        "install and start the vendor device plugin (e.g. the NVIDIA device plugin DaemonSet)",
+    )
+
+
+def check_vendor_plugins(k: KubeletFact, resources: tuple[str, ...]) -> list[Check]:
+    """One check per configured real resource; with several, one served is enough (a mixed fleet)."""
+    live = [s.path.rsplit("/", 1)[-1] for s in k.vendor_sockets if s.ok]
+    checks = [_vendor_check(k, r, live) for r in resources]
+    if len(checks) > 1 and any(c.status is Status.OK for c in checks):
+        checks = [
+            c if c.status is Status.OK else Check(c.name, Status.WARN, f"not on this node: {c.summary}") for c in checks
+        ]
+    return checks
+
+
+def check_exporter(e: ExporterFact, spot: bool) -> Check:
+    level = _spot_level(spot)
+    if not e.source:
+        if not spot:
+            return Check("exporter", Status.OK, "metrics.source not set (spot is off)")
+        return Check(
+            "exporter",
+            level,
+            "metrics.source is empty: spot has no utilization to find idle GPUs",
+            "set metrics.source to the node's GPU exporter, e.g. dcgm-exporter's http://127.0.0.1:9400/metrics",
+        )
+    if e.error:
+        return Check("exporter", level, f"cannot read {e.source}: {e.error}", "is the exporter running on this node?")
+    if not e.devices:
+        return Check(
+            "exporter",
+            level,
+            f"{e.source} answered, but no GPU device was recognised in it",
+            "set metrics.vendor to the exporter's vendor (`gpushare metrics vendors`)",
+        )
+    attribution = "GPU processes" if e.process_level else "the pod each GPU is allocated to"
+    return Check("exporter", Status.OK, f"{e.source}: {e.devices} devices ({e.vendor}); labels name {attribution}")
+
+
+def check_kmod(k: KmodFact, spot: bool) -> Check:
+    if k.loaded is not None:
+        if k.loaded != k.package_version:
+            return Check(
+                "kmod",
+                Status.WARN,
+                f"gpukmod {k.loaded} loaded; this gpushare ships {k.package_version}",
+                "run `gpushare kmod install` (the kmod init container does) to replace it",
+            )
+        return Check("kmod", Status.OK, f"gpukmod {k.loaded} loaded")
+    level = Status.WARN if spot else Status.OK
+    without = "spot sees owners return by utilization alone" if spot else "unused while spot is off"
+    reason = k.load_blocker or k.build_blocker
+    if reason is not None:
+        hint = "install the headers, then `gpushare kmod install`" if reason is k.build_blocker else ""
+        return Check("kmod", level, f"gpukmod not loaded and cannot be: {reason}; {without}", hint if spot else "")
+    return Check(
+        "kmod",
+        level,
+        f"gpukmod not loaded; the headers for {k.release} are present, so it can be built; {without}",
+        "run `gpushare kmod install` (the kmod init container does)" if spot else "",
+    )
+
+
+def check_spot_returns(f: NodeFacts) -> Check:
+    """How the agent will see an owner come back: the module, utilization alone, or not at all."""
+    if not f.spot:
+        return Check("spot-returns", Status.OK, "spot is off (agent --no-spot)")
+    agent = f" (the agent reports: {f.agent.spot_mode})" if f.agent.spot_mode else ""
+    if f.kmod.loaded is not None:
+        return Check("spot-returns", Status.OK, f"the kernel module holds a returning owner's first GPU call{agent}")
+    if f.exporter.process_level:
+        return Check(
+            "spot-returns",
+            Status.WARN,
+            f"utilization alone: a returning owner waits up to a scrape interval for its GPU{agent}",
+            "load gpukmod (`gpushare kmod install`) for returns within milliseconds",
+        )
+    return Check(
+        "spot-returns",
+        Status.FAIL,
+        "no return signal: gpukmod is not loaded and metrics.processLevel is false (the exporter names the pod "
+        f"a GPU is allocated to, not who uses it), so nothing is lent{agent}",
+        "load gpukmod (`gpushare kmod install`), or use an exporter that lists GPU processes with "
+        "metrics.processLevel: true, or run the agent with --no-spot",
+    )
+
+
+def check_agent(a: AgentFact) -> Check:
+    if a.healthz == 200:
+        return Check("agent", Status.OK, f"/healthz on {a.listen} answers 200")
+    if a.healthz is not None:
+        return Check(
+            "agent",
+            Status.FAIL,
+            f"/healthz on {a.listen} answers {a.healthz}: the reconcile loop has stopped passing",
+            "see the agent's log; `kill -USR1 <pid>` writes every thread's stack to it",
+        )
+    return Check(
+        "agent",
+        Status.FAIL,
+        f"no agent answers on {a.listen} ({a.error or 'no answer'})",
+        "start the agent (the gpushare-agent DaemonSet, or `gpushare agent`); metrics.listen must match",
+    )
+
+
+def diagnose(f: NodeFacts, nri_socket: str) -> list[Check]:
+    """Every check, in the order an operator fixes them: runtime, cgroups, kubelet, vendor, spot, agent."""
+    return [
+        check_containerd(f.containerd, f.nri, nri_socket),
+        check_nri_config(f.containerd, nri_socket),
+        check_nri_socket(f.nri),
+        check_cgroup(f.cgroup, f.containerd, f.spot),
+        check_device_plugin_dir(f.kubelet),
+        check_pod_resources(f.kubelet),
+        *check_vendor_plugins(f.kubelet, f.real_resources),
+        check_exporter(f.exporter, f.spot),
+        check_kmod(f.kmod, f.spot),
+        check_spot_returns(f),
+        check_agent(f.agent),
+    ]
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 only when every feature that is on can be served: no check failed (warnings are fine)."""
+    return 1 if any(c.status is Status.FAIL for c in checks) else 0
+
+
+__all__ = ["Check", "Status", "diagnose", "exit_code"]

@@ -1,0 +1,191 @@
+"""`gpushare status [-o json]`: what an operator asks first, from the agent or, failing that, the API.
+
+The agent serves ``/status`` on loopback (its endpoint, ``metrics.listen``); that answer has
+everything: NRI connection, advertised and allocated counts, each shadow with its GPU and
+users, each sharer with its shadow, recent evictions. When the agent does not answer, the
+command says so and shows what the API alone knows: shadows and sharers from their records
+(annotations) and the node's allocatable counts; NRI and evictions are then unknown.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import load_config_or_exit
+from controller.core.mapping import MappingCache
+from controller.core.model import build_snapshot
+from controller.io.kube_client import KubeClient
+from controller.report import describe_node
+from controller.share.cluster_view import unschedulable_shadows
+from gpushare import keys
+from gpushare.config import Config
+from gpushare.errors import GpushareError
+
+
+def fetch_agent_status(listen: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """GET /status from the local agent; OSError/ValueError when it does not answer."""
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    try:
+        conn.request("GET", "/status")
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise OSError(f"/status answered {resp.status}: {body[:200]!r}")
+        doc = json.loads(body)
+        if not isinstance(doc, dict):
+            raise ValueError("/status is not a JSON object")
+        return doc
+    finally:
+        conn.close()
+
+
+def api_only_status(cfg: Config, kubeconfig: str | None, why: str) -> dict[str, Any]:
+    """What the API alone says (no agent): records on shadows and sharers, node allocatable."""
+    with KubeClient.from_kubeconfig(kubeconfig, timeout_s=10.0) as client:
+        pods, _ = client.list_pods()
+        nodes = client.list_nodes()
+    snap = build_snapshot(pods, cfg)
+    unschedulable = unschedulable_shadows(pods)
+    shadows, sharers = describe_node(snap, MappingCache(), unschedulable, cfg.real_resources)
+    advertised: dict[str, int] = {}
+    for node in nodes:
+        if cfg.node_name and node["metadata"]["name"] != cfg.node_name:
+            continue
+        for resource, qty in ((node.get("status") or {}).get("allocatable") or {}).items():
+            if resource.startswith(keys.RESOURCE_PREFIX) or resource in cfg.real_resources:
+                advertised[resource] = advertised.get(resource, 0) + int(qty)
+    return {
+        "source": "api-only",
+        "warning": f"gpushare: the agent did not answer ({why}); showing what the API records say. NRI connection, "
+        "allocations and evictions are unknown. Is the agent running (`gpushare agent`, the DaemonSet)?",
+        "node": cfg.node_name,
+        "nri": {"connected": None},
+        "advertised": advertised,
+        "allocated": {},
+        "shadows": [s.__dict__ for s in shadows],
+        "sharers": [s.__dict__ for s in sharers],
+        "evictions": [],
+        "evictions_total": {},
+    }
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    lines: list[str] = []
+    if doc.get("warning"):
+        lines.append(f"WARNING: {doc['warning']}")
+    nri = doc.get("nri") or {}
+    connected = nri.get("connected")
+    nri_text = "unknown" if connected is None else ("connected" if connected else "NOT connected")
+    lines.append(f"node {doc.get('node') or '?'}  (source: {doc.get('source')})")
+    lines.append(f"NRI: {nri_text}" + (f" ({nri.get('socket')})" if nri.get("socket") else ""))
+    if doc.get("source") == "agent":
+        age = time.time() - float(doc.get("at") or 0)
+        lines.append(
+            f"loop: leader={doc.get('is_leader')} passes={doc.get('passes')} last pass {age:.1f}s ago"
+            + (f"  error: {doc['error']}" if doc.get("error") else "")
+        )
+    lines.append("")
+    lines.append(f"{'RESOURCE':32} {'ADVERTISED':>10} {'ALLOCATED':>10}")
+    advertised, allocated = doc.get("advertised") or {}, doc.get("allocated") or {}
+    for r in sorted(set(advertised) | set(allocated)):
+        if advertised.get(r, 0) or allocated.get(r, 0):
+            # "-": a vendor resource gpushare does not advertise itself (its own plugin does).
+            lines.append(f"{r:32} {advertised.get(r, '-'):>10} {allocated.get(r, 0):>10}")
+    lines.append("")
+    lines.append("SHADOWS")
+    for s in doc.get("shadows") or []:
+        gpu = ",".join(s.get("gpu") or []) or "-"
+        lines.append(f"  {s['pod']}  {s['phase']}  {s['resource']}  gpu={gpu}  users={len(s.get('users') or [])}")
+        for u in s.get("users") or []:
+            lines.append(f"      {u}")
+        if s.get("unschedulable"):
+            lines.append(f"      cannot be scheduled: {s['unschedulable']}")
+    lines.append("SHARERS")
+    for p in doc.get("sharers") or []:
+        shadows = ",".join(p.get("shadows") or []) or "-"
+        lines.append(f"  {p['pod']}  {p['phase']}  {p['resource']} x{p.get('quantity', 1)}  shadow={shadows}")
+    _render_spot(doc, lines)
+    lines.append("RECENT EVICTIONS")
+    for e in doc.get("evictions") or []:
+        when = time.strftime("%H:%M:%S", time.gmtime(float(e.get("at") or 0)))
+        lines.append(f"  {when}Z {e['pod']} {e['reason']}: {e['message']}")
+    if not doc.get("evictions"):
+        lines.append("  (none)" if doc.get("source") == "agent" else "  (unknown without the agent)")
+    return "\n".join(lines)
+
+
+def _render_spot(doc: dict[str, Any], lines: list[str]) -> None:
+    """Spot: how returns are seen, whether lending is blocked and why, each GPU's state and why,
+    the kills that went wrong, the last return's latencies."""
+    rt = doc.get("spot_runtime") or {}
+    if not rt and not doc.get("spot"):
+        return
+    lines.append("SPOT" + (f"  (returns seen by: {rt['mode']})" if rt.get("mode") else ""))
+    if rt.get("lending_blocked"):
+        lines.append(f"  LENDING BLOCKED: {rt['lending_blocked']}")
+    elif rt.get("cgroups"):
+        lines.append(f"  pod cgroups: {rt['cgroups']}")
+    for g in doc.get("spot") or []:
+        borrowers = ",".join(g.get("borrowers") or []) or "-"
+        lines.append(f"  {g['real_id']}  {g['state']}  owner={g.get('owner') or '-'}  borrowers={borrowers}")
+        if g.get("reason"):
+            lines.append(f"      {g['reason']}")
+    errors = rt.get("kill_errors") or {}
+    exceeded = int(rt.get("kill_bound_exceeded") or 0)
+    if errors or exceeded:
+        listed = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
+        lines.append(
+            f"  KILL ERRORS: {listed}; tasks alive past the {rt.get('kill_bound_s', '?')}s bound: {exceeded} "
+            "(owner released anyway)"
+        )
+    last = rt.get("last_return") or {}
+    if last:
+        lines.append(f"  last return: {_describe_return(last)}")
+
+
+def _describe_return(last: dict[str, Any]) -> str:
+    who = ",".join(last.get("pods") or []) or "nothing lent"
+    parts = [f"owner {last['owner']}" if last.get("owner") else "", f"borrowers {who}"]
+    if "return_to_dead_ms" in last:
+        parts.append(f"dead {last['return_to_dead_ms']} ms after the owner's signal")
+    if last.get("error"):
+        parts.append(f"KILL FAILED ({last['error']})")
+    if last.get("bound_exceeded"):
+        parts.append("tasks outlived the kill bound")
+    if "release_ms" in last:
+        parts.append(f"owner released after {last['release_ms']} ms")
+    return "; ".join(p for p in parts if p)
+
+
+def status(
+    output: Annotated[str, typer.Option("-o", "--output", help="text or json")] = "text",
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file (version: v1)")] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="HOST:PORT of the agent's endpoint (default metrics.listen)")
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="for the API-only view")
+    ] = None,
+) -> None:
+    """Show NRI, device counts, shadows and their users, sharers and recent evictions."""
+    if output not in ("text", "json"):
+        raise typer.BadParameter(f"-o {output!r}: use text or json")
+    cfg = load_config_or_exit(config)
+    try:
+        doc = fetch_agent_status(agent or cfg.metrics.listen)
+    except (OSError, ValueError) as exc:
+        try:
+            doc = api_only_status(cfg, kubeconfig, str(exc))
+        except GpushareError as api_exc:
+            typer.echo(f"gpushare: the agent did not answer ({exc}) and neither did the API: {api_exc}", err=True)
+            raise typer.Exit(1) from api_exc
+    typer.echo(json.dumps(doc, indent=2, sort_keys=True, default=str) if output == "json" else render_text(doc))
