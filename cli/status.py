@@ -9,7 +9,6 @@ command says so and shows what the API alone knows: shadows and sharers from the
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from pathlib import Path
@@ -17,35 +16,16 @@ from typing import Annotated, Any
 
 import typer
 
+from cli.agent_endpoint import fetch_status
 from cli.common import load_config_or_exit
 from controller.core.mapping import MappingCache
 from controller.core.model import build_snapshot
 from controller.io.kube_client import KubeClient
 from controller.report import describe_node
 from controller.share.cluster_view import unschedulable_shadows
-from gpushare import keys
 from gpushare.config import Config
 from gpushare.errors import GpushareError
-
-
-def fetch_agent_status(listen: str, timeout_s: float = 3.0) -> dict[str, Any]:
-    """GET /status from the local agent; OSError/ValueError when it does not answer."""
-    host, _, port = listen.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-    try:
-        conn.request("GET", "/status")
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != 200:
-            raise OSError(f"/status answered {resp.status}: {body[:200]!r}")
-        doc = json.loads(body)
-        if not isinstance(doc, dict):
-            raise ValueError("/status is not a JSON object")
-        return doc
-    finally:
-        conn.close()
+from gpushare.rules import is_gpushare_resource
 
 
 def api_only_status(cfg: Config, kubeconfig: str | None, why: str) -> dict[str, Any]:
@@ -61,7 +41,7 @@ def api_only_status(cfg: Config, kubeconfig: str | None, why: str) -> dict[str, 
         if cfg.node_name and node["metadata"]["name"] != cfg.node_name:
             continue
         for resource, qty in ((node.get("status") or {}).get("allocatable") or {}).items():
-            if resource.startswith(keys.RESOURCE_PREFIX) or resource in cfg.real_resources:
+            if is_gpushare_resource(resource) or resource in cfg.real_resources:
                 advertised[resource] = advertised.get(resource, 0) + int(qty)
     return {
         "source": "api-only",
@@ -181,7 +161,7 @@ def status(
         raise typer.BadParameter(f"-o {output!r}: use text or json")
     cfg = load_config_or_exit(config)
     try:
-        doc = fetch_agent_status(agent or cfg.metrics.listen)
+        doc = fetch_status(agent or cfg.metrics.listen)
     except (OSError, ValueError) as exc:
         try:
             doc = api_only_status(cfg, kubeconfig, str(exc))

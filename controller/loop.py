@@ -62,7 +62,7 @@ from controller.share.node_watch import NodeWatch
 from controller.share.placing import Placing
 from controller.share.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
 from controller.spot.hooks import SpotHooks
-from gpushare import keys
+from gpushare import keys, rules
 from gpushare.config import Config
 from gpushare.errors import GpushareError
 from gpushare.log import kv
@@ -113,14 +113,17 @@ class ReconcileLoop:
         self._wake, self._stop, self._pacer = threading.Event(), threading.Event(), Pacer()
         self._threads: list[threading.Thread] = []
         self._node = PodCache(
-            client, field_selector=f"spec.nodeName={cfg.node_name}", resync_s=resync_s, on_change=self.wake
+            client, field_selector=rules.on_node_selector(cfg.node_name), resync_s=resync_s, on_change=self.wake
         )
         self._pending = PodCache(
-            client, field_selector="spec.nodeName=,status.phase=Pending", resync_s=resync_s, on_change=self.wake
+            client, field_selector=rules.PENDING_UNBOUND_SELECTOR, resync_s=resync_s, on_change=self.wake
         )
-        shadow_role = f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
         self._shadows = PodCache(
-            client, namespace=keys.SHADOW_NAMESPACE, label_selector=shadow_role, resync_s=resync_s, on_change=self.wake
+            client,
+            namespace=keys.SHADOW_NAMESPACE,
+            label_selector=rules.SHADOW_SELECTOR,
+            resync_s=resync_s,
+            on_change=self.wake,
         )
         # The pass's clock: the times it keeps are compared with the pass's ``now``.
         self._node_status = NodeWatch(client, cfg.node_name, resync_s=resync_s, clock=clock)
@@ -331,7 +334,7 @@ class ReconcileLoop:
             spot=self._spot,
             load=self._load,
             save=self._save,
-            list_node_pods=lambda: self._client.list_pods(field_selector=f"spec.nodeName={self.cfg.node_name}")[0],
+            list_node_pods=lambda: self._client.list_pods(field_selector=rules.on_node_selector(self.cfg.node_name))[0],
             write_backs=lambda: lowered,
         )
         if self._spot is not None and node.spot_plan is not None:

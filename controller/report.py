@@ -21,6 +21,7 @@ from controller.metrics.attribution import Attribution
 from controller.share.solver import KeyDemand
 from controller.spot.solver import GpuSpot
 from gpushare import keys
+from gpushare.rules import is_gpushare_resource
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def count_allocated(entries: Iterable[PodResourcesEntry], real_resources: Iterab
     real = set(real_resources)
     allocated: collections.Counter[str] = collections.Counter()
     for e in entries:
-        if e.resource.startswith(keys.RESOURCE_PREFIX) or e.resource in real:
+        if is_gpushare_resource(e.resource) or e.resource in real:
             allocated[e.resource] += len(e.device_ids)
     return dict(allocated)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deviceplugins.errors import DevicesRefused, InvalidShadow, UnknownDevices
-from gpushare import codecs, keys
+from gpushare import codecs, keys, rules
 from gpushare.ids import (
     format_spot_id,
     is_virtual_id,
@@ -35,7 +35,6 @@ MAX_DEVICE_ID_CHARS = 63
 FAKE_VISIBLE_ENV = "FAKE_VISIBLE_DEVICES"
 FAKE_DEVICE_PREFIX = "fakegpu"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DECIMAL = re.compile(r"^[0-9]{1,4}$")  # ASCII only: str.isdigit() accepts "²" and "٣"
 
 
@@ -98,7 +97,7 @@ def parse_static_shadow(text: str) -> ShadowSlots:
     if len(parts) not in (2, 3) or "/" not in parts[0]:
         raise InvalidShadow([f"{text!r}: expected <namespace>/<shadow-pod>:<N>[:share|share-dev]"])
     namespace, _, name = parts[0].partition("/")
-    if not _DECIMAL.match(parts[1]):
+    if not _DECIMAL.fullmatch(parts[1]):
         raise InvalidShadow([f"{text!r}: share spec {parts[1]!r} is not a whole number"])
     kind = parts[2] if len(parts) == 3 else keys.KIND_SHARE
     shadow = ShadowSlots(namespace=namespace, name=name, spec=int(parts[1]), kind=kind)
@@ -119,8 +118,8 @@ def check_shadows(shadows: Sequence[ShadowSlots], served: Iterable[str] | None) 
         if s.kind not in (keys.KIND_SHARE, keys.KIND_SHARE_DEV):
             problems.append(f"{where}: kind {s.kind!r} is neither {keys.KIND_SHARE!r} nor {keys.KIND_SHARE_DEV!r}")
             continue
-        if not 2 <= s.spec <= 64:
-            problems.append(f"{where}: share spec {s.spec} is outside 2..64")
+        if not rules.is_share_spec(s.spec):
+            problems.append(f"{where}: share spec {s.spec} is outside {rules.MIN_SHARE_SPEC}..{rules.MAX_SHARE_SPEC}")
             continue
         if served_set is not None and s.resource not in served_set:
             problems.append(f"{where}: {s.resource} is not served here (check shareSpecs / devShareSpecs)")
@@ -131,7 +130,7 @@ def check_shadows(shadows: Sequence[ShadowSlots], served: Iterable[str] | None) 
         if not is_virtual_id(last):
             problems.append(f"{where}: not a valid <namespace>/<pod> name")
             continue
-        if not _DNS_LABEL.match(s.namespace):
+        if not rules.is_dns_label(s.namespace):
             problems.append(f"{where}: namespace {s.namespace!r} is not a DNS label")
         if len(last) > MAX_DEVICE_ID_CHARS:
             problems.append(f"{where}: device ID {last!r} is longer than kubelet's {MAX_DEVICE_ID_CHARS} characters")
@@ -217,7 +216,12 @@ def allocate_spot(
 ) -> Allocation:
     """Spot: the ``container-devices-ids`` annotation with the real IDs; Unhealthy is refused (design §6)."""
     _check_request(resource, requested, advertised)
-    busy = [i for i in requested if not advertised[i].healthy]
+    # Allocate names no pod, so only a Healthy device may go to a borrower here (rules.may_borrow).
+    busy = [
+        i
+        for i in requested
+        if not rules.may_borrow(device_healthy=advertised[i].healthy, lent_to_this_pod=False, reclaimed=False)
+    ]
     if busy:
         raise DevicesRefused(
             resource, busy, "Unhealthy: the owner is using the GPU (or its metrics are missing), it is not lendable now"

@@ -37,6 +37,7 @@ from deviceplugins.errors import (
     UnknownDevices,
 )
 from deviceplugins.policies import MAX_DEVICE_ID_CHARS, AdvertisedDevice, Allocation
+from gpushare import keys
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def socket_name_for(resource: str) -> str:
 
 def job_name_for(resource: str) -> str:
     """Short name for thread names: ``gpushare/share-gpu-4`` -> ``share-gpu-4``."""
-    return resource.removeprefix("gpushare/").replace("/", "-")
+    return resource.removeprefix(keys.RESOURCE_PREFIX).replace("/", "-")
 
 
 def unix_target(path: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from gpushare import keys
 from gpushare.errors import InstructionRefused
 from gpushare.ids import parse_virtual_id
+from gpushare.rules import is_dns_label, is_gpushare_resource
 
 # An annotation value larger than this is refused before it is parsed: the biggest honest
 # one (16 virtual IDs of a long shadow name) is well under 2 KiB.
@@ -27,7 +28,6 @@ SELECTOR_ALL = "*"
 # The seed's long same-pod form "_/_/<source>": "_" means this namespace and this pod.
 SAME_POD_PLACEHOLDER = "_"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # Kubernetes extended-resource names: "<domain>/<name>".
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -106,7 +106,7 @@ def parse_container_ref(text: str, *, what: str) -> ContainerRef:
     if len(parts) != 3:
         raise InstructionRefused(f"gpushare: {what} {text!r:.120} is not <namespace>/<pod>/<container> (design §4)")
     ns, pod, container = parts
-    if not _DNS_LABEL.match(ns) or not _DNS_SUBDOMAIN.match(pod) or not _DNS_LABEL.match(container):
+    if not is_dns_label(ns) or not _DNS_SUBDOMAIN.fullmatch(pod) or not is_dns_label(container):
         raise InstructionRefused(f"gpushare: {what} {text!r:.120} has an invalid namespace, pod or container name")
     return ContainerRef(ns, pod, container)
 
@@ -127,7 +127,7 @@ def parse_devices_from(value: object) -> DevicesFrom:
             f'("*" or a resource name) mapping to virtual IDs'
         )
     ((selector, ids),) = spec.items()
-    if selector != SELECTOR_ALL and not _RESOURCE.match(selector):
+    if selector != SELECTOR_ALL and not _RESOURCE.fullmatch(selector):
         raise InstructionRefused(
             f'gpushare: annotation {key}: selector {selector!r:.80} is neither "*" nor a resource name'
         )
@@ -162,13 +162,13 @@ def parse_devices_ids(value: object) -> DevicesIds:
         )
     out: list[tuple[str, tuple[str, ...]]] = []
     for resource, ids in sorted(doc.items()):
-        if not _RESOURCE.match(resource) or resource.startswith(keys.RESOURCE_PREFIX):
+        if not _RESOURCE.fullmatch(resource) or is_gpushare_resource(resource):
             raise InstructionRefused(
                 f"gpushare: annotation {key}: {resource!r:.80} is not a real (vendor) resource name"
             )
         real_ids = _string_list(key, f"the IDs of {resource}", ids)
         for rid in real_ids:
-            if not _REAL_ID.match(rid):
+            if not _REAL_ID.fullmatch(rid):
                 raise InstructionRefused(f"gpushare: annotation {key}: {rid!r:.80} is not a device ID")
         out.append((resource, real_ids))
     return DevicesIds(tuple(out))
@@ -190,7 +190,7 @@ def parse_same_pod_annotations(annotations: dict[str, str]) -> dict[str, SamePod
         if not key.startswith(prefix):
             continue
         target = key[len(prefix) :]
-        if not _DNS_LABEL.match(target):
+        if not is_dns_label(target):
             raise InstructionRefused(f"gpushare: pod annotation {key!r:.120}: {target!r:.80} is not a container name")
         if not isinstance(value, str):
             raise InstructionRefused(f"gpushare: pod annotation {key} must be a string naming a container")
@@ -213,7 +213,7 @@ def parse_same_pod_annotations(annotations: dict[str, str]) -> dict[str, SamePod
                 f'gpushare: pod annotation for "{target}" names {source!r:.120}; expected a container name '
                 'of this pod or "_/_/<container>"'
             )
-        if not _DNS_LABEL.match(source):
+        if not is_dns_label(source):
             raise InstructionRefused(f'gpushare: pod annotation for "{target}": {source!r:.80} is not a container name')
         if source == target:
             raise InstructionRefused(f'gpushare: pod annotation for "{target}" names the container itself')

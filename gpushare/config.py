@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from gpushare import rules
 from gpushare.errors import ConfigError
 
 CONFIG_VERSION = "v1"
@@ -148,7 +149,7 @@ def parse_duration_s(value: object) -> float:
         raise ValueError("a duration, not a boolean")
     if isinstance(value, int | float):
         seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
+    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
     else:
         raise ValueError('a duration such as "10m", "30s" or "500ms"')
@@ -160,21 +161,21 @@ def parse_duration_s(value: object) -> float:
 def _check_specs(values: tuple[int, ...]) -> None:
     if not values:
         raise ValueError("must list at least one share spec")
-    if any(v < 2 or v > 64 for v in values):
-        raise ValueError("each share spec must be between 2 and 64")
+    if not all(rules.is_share_spec(v) for v in values):
+        raise ValueError(f"each share spec must be between {rules.MIN_SHARE_SPEC} and {rules.MAX_SHARE_SPEC}")
     if len(set(values)) != len(values):
         raise ValueError("lists a share spec twice")
 
 
 def _check_resources(values: tuple[str, ...]) -> None:
     for v in values:
-        if "/" not in v or v.startswith("gpushare/"):
+        if not rules.is_vendor_resource(v):
             raise ValueError(f"{v!r} is not a vendor resource name like nvidia.com/gpu")
 
 
 def _check_env_names(values: tuple[str, ...]) -> None:
     for v in values:
-        if not re.match(r"^[A-Z_][A-Z0-9_]*$", v):
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", v):
             raise ValueError(f"{v!r} is not an environment variable name")
 
 
@@ -205,7 +206,7 @@ def _check_abs_path(value: str) -> None:
 
 
 def _check_index(value: str) -> None:
-    if not re.match(r"^[0-9]{2}$", value):
+    if not re.fullmatch(r"[0-9]{2}", value):
         raise ValueError('must be two digits, e.g. "10"')
 
 

@@ -47,7 +47,7 @@ def parse_virtual_id_or_none(text: object) -> VirtualId | None:
     """Read ``ns/shadow-3``, or None for anything else. The index is the part after the *last* dash."""
     if not isinstance(text, str) or len(text) > _MAX_VIRTUAL_ID_CHARS:
         return None
-    m = _VIRTUAL_ID.match(text)
+    m = _VIRTUAL_ID.fullmatch(text)
     if m is None:
         return None
     return VirtualId(m.group("ns"), m.group("pod"), int(m.group("index")))

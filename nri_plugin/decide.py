@@ -34,7 +34,7 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from gpushare import keys
+from gpushare import keys, rules
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.errors import (
     REFUSED_CONFLICT,
@@ -262,9 +262,10 @@ def _decide_shadow(
             f"this node: it does not run here or none of its containers is created yet; {RETRY_HINT}",
             reason=REFUSED_NOT_READY,
         )
-    if source_pod.labels.get(keys.LABEL_ROLE) != keys.ROLE_SHADOW:
+    if not rules.is_shadow(source_pod.namespace, source_pod.labels):
         raise InstructionRefused(
-            f"gpushare: source pod {source_pod.ref} is not labelled {keys.LABEL_ROLE}={keys.ROLE_SHADOW}; "
+            f"gpushare: source pod {source_pod.ref} is not a shadow (labelled {rules.SHADOW_SELECTOR} in "
+            f"{keys.SHADOW_NAMESPACE}); "
             "a cross-pod source must be a gpushare shadow pod on this node (design §8)",
             reason=REFUSED_NOT_SHADOW,
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import logging
 import os
 import socket
@@ -22,6 +21,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from cli import agent_endpoint
 from cli.doctor.facts import AgentFact, KubeletFact, NriFact, SocketFact
 from controller._pb import podresources_pb2
 from controller.io.podresources import PodResourcesClient, PodResourcesError
@@ -187,33 +187,17 @@ def probe_kubelet(plugin_dir: str, pod_resources: str, timeout_s: float = 3.0) -
     return KubeletFact(plugin_dir, exists, registration, vendor, pr, pods, list_error, devices, devices_error)
 
 
-def _get(host: str, port: int, path: str, timeout_s: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
 def probe_agent(listen: str, timeout_s: float = 3.0) -> AgentFact:
     """``/healthz`` on the agent's endpoint, and how its spot sees returns (``/status``, loopback only)."""
-    host, _, port_text = listen.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
     try:
-        port = int(port_text)
-        code, _ = _get(host.strip("[]"), port, "/healthz", timeout_s)
+        code, _ = agent_endpoint.get(listen, "/healthz", timeout_s)
     except (OSError, ValueError, http.client.HTTPException) as exc:
         return AgentFact(listen, error=str(exc) or type(exc).__name__)
     spot: bool | None = None
     mode = None
-    with contextlib.suppress(OSError, ValueError, http.client.HTTPException, AttributeError):
-        status, body = _get(host.strip("[]"), port, "/status", timeout_s)
-        if status == 200:
-            runtime = json.loads(body).get("spot_runtime")  # present only while spot is on
-            spot, mode = bool(runtime), (runtime or {}).get("mode")
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        runtime = agent_endpoint.fetch_status(listen, timeout_s).get("spot_runtime")  # present only while spot is on
+        spot, mode = bool(runtime), (runtime or {}).get("mode")
     return AgentFact(listen, code, spot=spot, spot_mode=mode)
 
 

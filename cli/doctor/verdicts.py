@@ -25,6 +25,7 @@ from cli.doctor.facts import (
     NriFact,
     parse_version,
 )
+from gpushare.rules import ReturnSignal, return_signal
 
 
 class Status(StrEnum):
@@ -268,9 +269,10 @@ def check_spot_returns(f: NodeFacts) -> Check:
     if not f.spot:
         return Check("spot-returns", Status.OK, "spot is off (agent --no-spot)")
     agent = f" (the agent reports: {f.agent.spot_mode})" if f.agent.spot_mode else ""
-    if f.kmod.loaded is not None:
+    signal = return_signal(kmod_watches=f.kmod.loaded is not None, metrics_name_users=f.exporter.process_level)
+    if signal is ReturnSignal.KERNEL_MODULE:
         return Check("spot-returns", Status.OK, f"the kernel module holds a returning owner's first GPU call{agent}")
-    if f.exporter.process_level:
+    if signal is ReturnSignal.UTILIZATION:
         return Check(
             "spot-returns",
             Status.WARN,

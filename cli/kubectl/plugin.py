@@ -39,7 +39,7 @@ from cli.kubectl.explain import explain
 from cli.status import render_text
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
-from gpushare import keys
+from gpushare import keys, rules
 
 AGENT_CONTAINER = "agent"
 AGENT_CONFIG = "/etc/gpushare/config.yaml"
@@ -312,9 +312,7 @@ def why(  # noqa: PLR0917 - typer maps each parameter to a flag or argument
             found, _ = src.client.list_pods(namespace=ns, field_selector=f"metadata.name={name}")
             raw = found[0] if found else None
             events = src.client.list_events(ns, involved_name=name)
-            shadows, _ = src.client.list_pods(
-                namespace=keys.SHADOW_NAMESPACE, label_selector=f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
-            )
+            shadows, _ = src.client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=rules.SHADOW_SELECTOR)
             node = str(((raw or {}).get("spec") or {}).get("nodeName") or "")
             src.read_agents([node] if node else None)
     except KubeError as exc:

@@ -17,10 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.core.pod_facts import PodFacts, is_vendor_resource, parse_pod
+from controller.core.model import is_shadow
+from controller.core.pod_facts import PodFacts, parse_pod
 from controller.core.roles import ROLE_BORROWER, ROLE_DIND, ROLE_OWNER, ROLE_SHADOW, ROLE_SHARER, ROLES
 from controller.errors import InvalidObject
 from gpushare import keys
+from gpushare.rules import is_gpushare_resource, is_vendor_resource
 
 # The DaemonSet's pods carry this label (manifests/chart/templates/40-daemonset.yaml).
 AGENT_LABEL = "app.kubernetes.io/name=gpushare"
@@ -67,10 +69,6 @@ def _parse_all(pods: Iterable[Mapping[str, Any]]) -> list[PodFacts]:
     return out
 
 
-def _is_shadow(f: PodFacts) -> bool:
-    return f.ref.namespace == keys.SHADOW_NAMESPACE and f.labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW
-
-
 def _phase(f: PodFacts) -> str:
     return "Terminating" if f.is_terminating else f.phase
 
@@ -78,9 +76,9 @@ def _phase(f: PodFacts) -> str:
 def real_resources(pods: Sequence[PodFacts], docs: Mapping[str, Mapping[str, Any]]) -> frozenset[str]:
     """The vendor resources in use: what shadows ask for and what agents count as allocated; any
     vendor resource when neither says."""
-    found = {r for f in pods if _is_shadow(f) for r in f.resources() if is_vendor_resource(r)}
+    found = {r for f in pods if is_shadow(f) for r in f.resources() if is_vendor_resource(r)}
     for doc in docs.values():
-        found |= {r for r in (doc.get("allocated") or {}) if not r.startswith(keys.RESOURCE_PREFIX)}
+        found |= {r for r in (doc.get("allocated") or {}) if not is_gpushare_resource(r)}
     if found:
         return frozenset(found)
     return frozenset(r for f in pods for r in f.resources() if is_vendor_resource(r))
@@ -141,7 +139,7 @@ def _uses_of(f: PodFacts, real: frozenset[str], agents: _AgentFacts) -> list[Gpu
     for c in f.containers:
         for resource, _ in c.resources:
             container_key = f"{f.ref.key}/{c.name}"
-            if _is_shadow(f) and resource in real:
+            if is_shadow(f) and resource in real:
                 out.append(
                     GpuUse(
                         node, f.ref.key, c.name, ROLE_SHADOW, agents.shadow_gpu.get(f.ref.key, ()), "", phase, resource
@@ -157,7 +155,7 @@ def _uses_of(f: PodFacts, real: frozenset[str], agents: _AgentFacts) -> list[Gpu
                 out.append(
                     GpuUse(node, f.ref.key, c.name, ROLE_BORROWER, tuple(r for r, _ in lent), owners, phase, resource)
                 )
-            elif resource in real and not _is_shadow(f):
+            elif resource in real and not is_shadow(f):
                 gpu = agents.owner_gpu.get(container_key, ())
                 out.append(GpuUse(node, f.ref.key, c.name, ROLE_OWNER, gpu, "", phase, resource))
     by_container = {u.container: u for u in out}
@@ -244,7 +242,7 @@ def node_rows(
         if f.is_terminal or not f.node_name:
             continue
         rs = f.resources()
-        if _is_shadow(f):
+        if is_shadow(f):
             counts[(f.node_name, ROLE_SHADOW)] += 1
         elif any(keys.parse_share_resource(r) is not None for r in rs):
             counts[(f.node_name, ROLE_SHARER)] += 1
@@ -255,7 +253,7 @@ def node_rows(
         name = str((node.get("metadata") or {}).get("name", ""))
         alloc = (node.get("status") or {}).get("allocatable") or {}
         gpus = sum(_int(q) for r, q in alloc.items() if r in real)
-        ours = {r: _int(q) for r, q in alloc.items() if r.startswith(keys.RESOURCE_PREFIX)}
+        ours = {r: _int(q) for r, q in alloc.items() if is_gpushare_resource(r)}
         if name not in agent_pods and not gpus and not any(ours.values()):
             continue
         rows.append(

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 
 from controller.errors import InvalidObject
-from gpushare import keys
+from gpushare.rules import is_device_resource, is_vendor_resource
 
 # The API stores quantities as int64: a larger number did not come from it.
 _MAX_QUANTITY = 2**63 - 1
@@ -93,12 +93,6 @@ class ContainerFacts(NamedTuple):
         return sum(q for r, q in self.resources if r == resource)
 
 
-def is_vendor_resource(name: str) -> bool:
-    """A vendor's device resource such as ``nvidia.com/gpu``: neither ours nor a core resource."""
-    # cpu, memory, ephemeral-storage and hugepages-* carry no slash; kubernetes.io/* are not devices.
-    return "/" in name and not name.startswith(keys.RESOURCE_PREFIX) and "kubernetes.io/" not in name
-
-
 def _statuses(status: Mapping[str, Any], pod: str) -> tuple[dict[str, str], set[str]]:
     """Container name -> runtime ID, and the names kubelet reports running."""
     ids: dict[str, str] = {}
@@ -164,8 +158,7 @@ def _device_requests(c: Mapping[str, Any], name: str, pod: str) -> tuple[tuple[s
             )
     wanted: list[tuple[str, int]] = []
     for r, q in merged.items():
-        # ours, or a vendor's (is_vendor_resource, inlined: this runs for every container read)
-        if r.startswith(keys.RESOURCE_PREFIX) or ("/" in r and "kubernetes.io/" not in r):
+        if is_device_resource(r):
             if type(q) is str and (number := SMALL_NUMBERS.get(q)) is not None:
                 wanted.append((r, number))  # the API's own spelling of a count such as "1"
             elif type(q) is str and q.isascii() and q.isdecimal() and len(q) < _MAX_DIGITS:

@@ -43,7 +43,7 @@ from controller.core.records import (
 )
 from controller.core.share_key import Pool, ShareKey, ShareKeys, share_key
 from controller.errors import InvalidObject
-from gpushare import keys
+from gpushare import keys, rules
 from gpushare.config import Config
 
 _SHARE_PREFIXES = (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_PREFIX)
@@ -240,7 +240,7 @@ class PodResourcesEntry:
 
 
 def is_shadow(facts: PodFacts) -> bool:
-    return facts.ref.namespace == keys.SHADOW_NAMESPACE and facts.labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW
+    return rules.is_shadow(facts.ref.namespace, facts.labels)
 
 
 @dataclass(frozen=True)

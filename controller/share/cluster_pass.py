@@ -19,7 +19,7 @@ from controller.core.model import Snapshot, SnapshotMemo, build_snapshot
 from controller.share.cluster_view import merge_pods, plan_waiting_events, unschedulable_pods, unschedulable_shadows
 from controller.share.placing import Placing, Seen
 from controller.share.solver import KeyDemand, ShadowPlan, plan_shadows
-from gpushare import keys
+from gpushare import keys, rules
 from gpushare.config import Config
 from gpushare.errors import GpushareError
 from gpushare.log import kv
@@ -94,12 +94,11 @@ def confirm_deletions(
     """
     deleting = {a.ref for a in plan.actions if isinstance(a, DeleteShadow)}
     nodes = sorted({s.node_name for s in cluster.shadows if s.ref in deleting and s.node_name})
-    shadow_selector = f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
     try:
         fresh = [
-            client.list_pods(field_selector="spec.nodeName=,status.phase=Pending")[0],
-            client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=shadow_selector)[0],
-            *(client.list_pods(field_selector=f"spec.nodeName={n}")[0] for n in nodes),
+            client.list_pods(field_selector=rules.PENDING_UNBOUND_SELECTOR)[0],
+            client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=rules.SHADOW_SELECTOR)[0],
+            *(client.list_pods(field_selector=rules.on_node_selector(n))[0] for n in nodes),
         ]
     except GpushareError as exc:
         log.warning("cannot confirm idle shadows; not deleting this pass", extra=kv(reason=str(exc)))

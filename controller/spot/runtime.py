@@ -44,6 +44,7 @@ from gpukmod import KmodError
 from gpumetrics.scrape import Scraper
 from gpushare.config import Config
 from gpushare.errors import GpushareError
+from gpushare.rules import return_signal
 from podcgroups.cgroups import PROC_ROOT, CgroupIndex
 from podcgroups.pidns import PidnsCache
 
@@ -300,11 +301,9 @@ class SpotRuntime:
     # --- status ---------------------------------------------------------------------------------------
 
     def mode(self) -> str:
-        if self.bridge.available:
-            return "kernel module + utilization"
-        if self.watcher is not None and self.watcher.is_process_level:
-            return "utilization alone (gpukmod not loaded)"
-        return "no return signal (gpukmod not loaded, metrics do not attribute GPU use to pods): nothing is lent"
+        """How this node sees owners return (``rules.return_signal``), as ``/status`` reports it."""
+        process_level = self.watcher is not None and self.watcher.is_process_level
+        return return_signal(kmod_watches=self.bridge.available, metrics_name_users=process_level).value
 
     def status(self) -> dict[str, Any]:
         """For ``gpushare status``: how returns are seen, the cgroups, kills and their failures, the last return."""

@@ -63,6 +63,7 @@ from controller.core.mapping import MappingCache
 from controller.core.model import Owner, Snapshot, SpotPod
 from controller.core.pod_facts import PodRef
 from gpushare.ids import format_spot_id
+from gpushare.rules import ReturnSignal, return_signal
 
 # What plan_spot takes and returns.
 
@@ -242,9 +243,9 @@ def _window_ends(owner: Owner, inputs: _Inputs) -> float | None:
 
 def _can_see_return(owner: Owner, inputs: _Inputs) -> bool:
     """The kernel module can watch the owner, or the metrics attribute GPU use to pods."""
-    if inputs.kmod.available and owner.pidns is not None:
-        return True
-    return all((v := inputs.verdicts.get(rid)) is not None and v.users is not None for rid in owner.real_ids)
+    named = all((v := inputs.verdicts.get(rid)) is not None and v.users is not None for rid in owner.real_ids)
+    kmod_watches = inputs.kmod.available and owner.pidns is not None
+    return return_signal(kmod_watches=kmod_watches, metrics_name_users=named) is not ReturnSignal.NONE
 
 
 # -- transitions of a lendable owner's GPUs (module docstring) --------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from gpushare import keys
 from gpushare.codecs import encode_devices_from, encode_devices_ids
-from gpushare.errors import InstructionRefused
+from gpushare.errors import REFUSED_NOT_SHADOW, InstructionRefused
 from nri_plugin.decide import (
     Decision,
     RealIds,
@@ -235,7 +235,7 @@ def test_shadow_source_confirmed_by_podresources_is_injected() -> None:
         ([VID0], "shadow-a", {SHARE4: frozenset({VID1})}, "does not confirm"),
         ([VID0], "shadow-a", {SHARE4: frozenset({VID0, VID1})}, "holds exactly"),
         ([VID0], "shadow-a", {"nvidia.com/gpu": frozenset({VID0})}, "does not confirm"),
-        (["gpushare-system/plain-0"], "plain", {SHARE4: frozenset({"gpushare-system/plain-0"})}, "not labelled"),
+        (["gpushare-system/plain-0"], "plain", {SHARE4: frozenset({"gpushare-system/plain-0"})}, "is not a shadow"),
         (["gpushare-system/gone-0"], "gone", {SHARE4: frozenset({"gpushare-system/gone-0"})}, "not known on this node"),
     ],
 )
@@ -245,6 +245,19 @@ def test_shadow_source_refusals(
     pod, ctr = tenant()
     with pytest.raises(InstructionRefused, match=needle):
         decide(_shadow_instr(instr_ids, source), pod, ctr, node_view(), allocated=allocated)
+
+
+def test_a_pod_labelled_a_shadow_outside_the_shadows_namespace_is_no_source() -> None:
+    # Any tenant can label its own pod a shadow; only the agent creates pods in gpushare-system.
+    impostor = PodInfo("ip", "fake", "team", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
+    impostor_main = ContainerInfo("c-fake", "ip", "main", devices=(GPU1,))
+    vids = ["team/fake-0"]
+    pod, ctr = tenant({keys.ANNOTATION_DEVICES_FROM: encode_devices_from("team", "fake", vids)})
+    instr = find_instruction(pod, ctr)
+    assert isinstance(instr, ShadowSource)
+    with pytest.raises(InstructionRefused, match="is not a shadow") as refused:
+        decide(instr, pod, ctr, node_view((impostor, impostor_main)), allocated={SHARE4: frozenset(vids)})
+    assert refused.value.reason == REFUSED_NOT_SHADOW
 
 
 def test_shadow_pod_or_container_not_created_yet_is_retryable() -> None:

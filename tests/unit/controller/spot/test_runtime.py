@@ -21,8 +21,8 @@ from controller.spot.runtime import SpotRuntime
 from controller.spot.solver import ReturnTarget
 from gpumetrics.fake_exporter import FakeGpu, write_dcgm
 from podcgroups.cgroups import CgroupDriver, CgroupIndex, CgroupVersion, detect_layout
-from tests.unit.podcgroups import podtrees
 from tests.unit.controller.spot.spotfakes import FakeHost, RecordingClient, absent, kill_report, watcher_on
+from tests.unit.podcgroups import podtrees
 
 A = PodRef("spot", "a", "uid-a")
 B = PodRef("spot", "b", "uid-b")

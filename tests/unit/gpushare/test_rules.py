@@ -1,0 +1,136 @@
+"""The rules more than one part evaluates (gpushare/rules.py): one table each, and each caller agrees."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.core.model import is_shadow
+from controller.core.pod_facts import parse_pod
+from deviceplugins.errors import InvalidShadow
+from deviceplugins.policies import ShadowSlots, check_shadows
+from gpushare import keys, rules
+from gpushare.config import load_config
+from gpushare.errors import ConfigError
+from gpushare.rules import ReturnSignal
+from tests.unit.controller.podmaker import pod
+
+SHADOW_LABELS = {keys.LABEL_ROLE: keys.ROLE_SHADOW}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "labels", "expected"),
+    [
+        (keys.SHADOW_NAMESPACE, SHADOW_LABELS, True),
+        # The label alone is what any tenant can write on its own pod.
+        ("tenant", SHADOW_LABELS, False),
+        (keys.SHADOW_NAMESPACE, {}, False),
+        (keys.SHADOW_NAMESPACE, {keys.LABEL_ROLE: "Shadow"}, False),
+        (keys.SHADOW_NAMESPACE, {"example.com/role": keys.ROLE_SHADOW}, False),
+    ],
+)
+def test_a_shadow_is_labelled_one_in_the_shadows_namespace(
+    namespace: str, labels: dict[str, str], expected: bool
+) -> None:
+    assert rules.is_shadow(namespace, labels) is expected
+
+
+def test_the_selectors_name_shadows_pending_pods_and_a_nodes_pods() -> None:
+    assert f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}" == rules.SHADOW_SELECTOR
+    assert rules.PENDING_UNBOUND_SELECTOR == "spec.nodeName=,status.phase=Pending"
+    assert rules.on_node_selector("gpu-1") == "spec.nodeName=gpu-1"
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, False), (2, True), (4, True), (64, True), (65, False), (0, False)])
+def test_share_specs_run_from_2_to_64(n: int, expected: bool) -> None:
+    assert rules.is_share_spec(n) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("default", True),
+        ("a", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("a-b-0", True),
+        ("-a", False),
+        ("a-", False),
+        ("A", False),
+        ("a.b", False),
+        ("", False),
+        ("a\n", False),
+    ],
+)
+def test_a_dns_label_is_lower_case_rfc_1123_of_at_most_63(value: str, expected: bool) -> None:
+    assert rules.is_dns_label(value) is expected
+
+
+@pytest.mark.parametrize(
+    ("name", "ours", "device", "vendor"),
+    [
+        ("gpushare/share-gpu-4", True, True, False),
+        ("gpushare/spot-gpu", True, True, False),
+        ("nvidia.com/gpu", False, True, True),
+        ("amd.com/gpu", False, True, True),
+        ("cpu", False, False, False),
+        ("hugepages-2Mi", False, False, False),
+        ("kubernetes.io/batch", False, False, False),
+        ("example.kubernetes.io/x", False, False, False),
+    ],
+)
+def test_resources_are_ours_a_vendors_or_no_device(name: str, ours: bool, device: bool, vendor: bool) -> None:
+    assert rules.is_gpushare_resource(name) is ours
+    assert rules.is_device_resource(name) is device
+    assert rules.is_vendor_resource(name) is vendor
+
+
+@pytest.mark.parametrize(
+    ("healthy", "lent_here", "reclaimed", "expected"),
+    [
+        (True, False, False, True),  # the owner is away: a newcomer may borrow
+        (False, True, False, True),  # a borrower's container restarting while closed to newcomers
+        (False, False, False, False),
+        (True, True, True, False),  # reclaimed is final, whatever the device says since
+        (True, False, True, False),
+    ],
+)
+def test_a_borrower_may_have_a_gpu_only_while_its_lend_is_active(
+    healthy: bool, lent_here: bool, reclaimed: bool, expected: bool
+) -> None:
+    assert rules.may_borrow(device_healthy=healthy, lent_to_this_pod=lent_here, reclaimed=reclaimed) is expected
+
+
+@pytest.mark.parametrize(
+    ("kmod", "users", "expected"),
+    [
+        (True, True, ReturnSignal.KERNEL_MODULE),
+        (True, False, ReturnSignal.KERNEL_MODULE),
+        (False, True, ReturnSignal.UTILIZATION),
+        (False, False, ReturnSignal.NONE),
+    ],
+)
+def test_a_return_is_seen_by_the_module_or_by_metrics_naming_users(
+    kmod: bool, users: bool, expected: ReturnSignal
+) -> None:
+    assert rules.return_signal(kmod_watches=kmod, metrics_name_users=users) is expected
+
+
+# Each caller asks the rule: a change to it reaches all of them.
+
+
+def test_the_config_and_the_share_plugins_refuse_the_same_specs() -> None:
+    for n in (1, 65):
+        with pytest.raises(ConfigError, match="between 2 and 64"):
+            load_config(text=f"version: v1\nshareSpecs: [{n}]\n")
+        with pytest.raises(InvalidShadow, match=r"outside 2\.\.64"):
+            check_shadows([ShadowSlots(keys.SHADOW_NAMESPACE, "s", n)], None)
+    load_config(text="version: v1\nshareSpecs: [2, 64]\n")
+    check_shadows([ShadowSlots(keys.SHADOW_NAMESPACE, "s", 64)], None)
+
+
+def test_the_agents_model_trusts_the_pods_the_rule_does() -> None:
+    # The NRI plugin's side: tests/unit/nri_plugin/test_decide.py, the impostor in a tenant namespace.
+    impostor = parse_pod(pod("fake-shadow", "tenant", labels=SHADOW_LABELS))
+    real = parse_pod(pod("shadow-a", keys.SHADOW_NAMESPACE, labels=SHADOW_LABELS))
+    assert not is_shadow(impostor)
+    assert is_shadow(real)
