@@ -53,11 +53,6 @@ class ContainerCgroup:
         return Path(self.cgroup_root, hierarchy, self.rel_path.lstrip("/"))
 
     @property
-    def freezer_dir(self) -> Path | None:
-        d = self.dir("freezer")
-        return d if (d / "freezer.state").exists() else None
-
-    @property
     def tasks_file(self) -> Path:
         """The ``cgroup.procs`` of the first hierarchy holding this cgroup."""
         for h in (*_TASK_HIERARCHIES, ""):  # "": the unified hierarchy mounted at the root itself (v2)

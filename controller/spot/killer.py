@@ -3,7 +3,7 @@
 ``PodKiller`` finds where kubelet puts pods on this node (``cgroups.detect_layout``: cgroup v1
 or v2, cgroupfs or systemd driver), finds each borrower's pod cgroup by its uid
 (``find_pod_cgroup``, cached: the walk is done when the pass first sees a borrower, not on the
-return path) and kills them all together with ``signals.kill_pods``, which returns the moment
+return path) and kills them all together with ``podcgroups.pod_kill.kill_pods``, which returns the moment
 every pod cgroup is empty or at the bound. The pod cgroup holds every container of the pod:
 ephemeral ones, and ones kubelet (re)starts after the kill began.
 
@@ -25,7 +25,7 @@ from controller.core.actions import KillPods
 from gpushare.errors import GpushareError
 from gpushare.log import kv
 from podcgroups.cgroups import CgroupLayout, PodCgroup, detect_layout, find_pod_cgroup
-from podcgroups.signals import PodKillReport, kill_pods
+from podcgroups.pod_kill import PodKillReport, kill_pods
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""podcgroups.signals.kill_pods: the control flow on recorded trees with a stand-in kernel (no root),
+"""podcgroups.pod_kill.kill_pods: the control flow on recorded trees with a stand-in kernel (no root),
 then real kills of real process trees in real cgroups, v1 and v2, both drivers (root).
 
 The stand-in kernel (``cgroup_fixtures.FakeKernel``) acts on the tmp tree's files only; the
@@ -17,7 +17,7 @@ import pytest
 from podcgroups.cgroups import CgroupLayout, PodCgroup, detect_layout, find_pod_cgroup
 from podcgroups.exit_boost import ExitBoost
 from podcgroups.paths import CgroupDriver, CgroupVersion
-from podcgroups.signals import PodKillReport, kill_pods
+from podcgroups.pod_kill import PodKillReport, kill_pods
 from tests.unit.podcgroups.cgroup_fixtures import GHOST_PID, FakeKernel, load_tree, materialize, running
 from tests.unit.podcgroups.podtrees import RealPods, cgroup2_root, skip_reason
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from podcgroups.cgroups import CgroupDriver, CgroupVersion, PodCgroup, detect_layout, find_pod_cgroup
-from podcgroups.signals import kill_pods
+from podcgroups.pod_kill import kill_pods
 from tests.integration.kernel.guest.runc_pods import (
     CGROUP_ROOT,
     FORK_LOOP,

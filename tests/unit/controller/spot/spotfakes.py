@@ -13,7 +13,7 @@ from controller.spot.utilization import UtilizationWatcher
 from gpukmod import KmodError
 from gpumetrics.scrape import Scraper
 from podcgroups.cgroups import CgroupDriver, CgroupLayout, CgroupVersion, PodCgroup
-from podcgroups.signals import PodKillReport
+from podcgroups.pod_kill import PodKillReport
 
 
 class RecordingClient:

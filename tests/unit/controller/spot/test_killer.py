@@ -1,7 +1,7 @@
 """controller.spot.killer: which pod cgroups a KillPods reaches, and a kill that did nothing is an error.
 
 The cgroup side is replaced by recording functions here (what ``kill_pods`` does to real tasks is
-tested in test_signals.py, and end to end in test_runtime.py and the spot tiers).
+tested in tests/unit/podcgroups/test_pod_kill.py, and end to end in test_runtime.py and the spot tiers).
 """
 
 from __future__ import annotations
