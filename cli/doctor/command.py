@@ -2,7 +2,7 @@
 
 Reads the node (``cli.doctor.host_probe``, ``cli.doctor.socket_probe``), the exporter
 (``controller.metrics``) and, when credentials are at hand, the node's allocatable from the
-API; ``cli.doctor.verdicts`` judges each fact. Paths come from the gpushare config, so the
+API; ``cli.doctor.diagnosis`` judges each fact. Paths come from the gpushare config, so the
 same command runs on the host and in the agent pod (``kubectl exec ... -- gpushare doctor
 --config /etc/gpushare/config.yaml``). Exit status: 0 when every feature that is on can be
 served (warnings allowed), 1 when a check failed, 2 when the config itself is bad.
@@ -19,10 +19,9 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import load_config_or_exit
-from cli.doctor.facts import CgroupFact, ExporterFact, NodeFacts
+from cli.doctor.diagnosis import CgroupFact, Check, ExporterFact, NodeFacts, Status, diagnose, exit_code
 from cli.doctor.host_probe import probe_cgroup, probe_containerd, probe_kmod
 from cli.doctor.socket_probe import probe_agent, probe_kubelet, probe_nri
-from cli.doctor.verdicts import Check, Status, diagnose, exit_code
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
 from gpumetrics.errors import MetricsError

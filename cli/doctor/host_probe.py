@@ -9,7 +9,7 @@ gpushare config names: the containerd whose NRI ``socket_path`` is ``nri.socket`
 kubelet whose ``--root-dir`` holds ``kubelet.devicePluginDir``.
 
 Nothing here raises for a fact it cannot read: the fact records why (``*_error``) or is
-``None``, and ``cli.doctor.verdicts`` decides what that means.
+``None``, and ``cli.doctor.diagnosis`` decides what that means.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from cli.doctor.facts import CgroupFact, ContainerdFact, KmodFact, parse_version
+from cli.doctor.diagnosis import CgroupFact, ContainerdFact, KmodFact, parse_version
 from gpukmod.module import build_blocker, default_kernel_dir, load_blocker, read_kernel_facts, source_version
 
 PROC = Path("/proc")

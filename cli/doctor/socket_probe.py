@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cli import agent_endpoint
-from cli.doctor.facts import AgentFact, KubeletFact, NriFact, SocketFact
+from cli.doctor.diagnosis import AgentFact, KubeletFact, NriFact, SocketFact
 from controller._pb import podresources_pb2
 from controller.io.podresources import PodResourcesClient, PodResourcesError
 from nri_plugin.errors import NriError, TransportError

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.doctor import command as cmd
-from cli.doctor.facts import AgentFact, CgroupFact, ExporterFact, NodeFacts, SocketFact
+from cli.doctor.diagnosis import AgentFact, CgroupFact, ExporterFact, NodeFacts, SocketFact
 from cli.main import app
 from gpumetrics.fake_exporter import FakeGpu, write_dcgm
 from gpushare.config import Config, MetricsConfig, SpotConfig
-from tests.unit.cli.doctor.test_verdicts import healthy, with_
+from tests.unit.cli.doctor.test_diagnosis import healthy, with_
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from cli.doctor import host_probe as probe
 from cli.doctor import socket_probe as sockets
-from cli.doctor.facts import parse_version
+from cli.doctor.diagnosis import parse_version
 
 # What tomllib and yaml.safe_load can hand over: nested tables of scalars and lists.
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from cli.doctor.facts import (
+from cli.doctor.diagnosis import (
     AgentFact,
     CgroupFact,
+    Check,
     ContainerdFact,
     ExporterFact,
     KmodFact,
@@ -17,9 +18,11 @@ from cli.doctor.facts import (
     NodeFacts,
     NriFact,
     SocketFact,
+    Status,
+    diagnose,
+    exit_code,
     parse_version,
 )
-from cli.doctor.verdicts import Check, Status, diagnose, exit_code
 
 NRI = "/var/run/nri/nri.sock"
 DP = "/var/lib/kubelet/device-plugins/"
