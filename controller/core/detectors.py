@@ -2,8 +2,8 @@
 
 Decision code: plain data in, plain data out; no clock (``now`` is passed in, seconds on
 any one steady clock; use wall-clock seconds if the tracks are persisted across restarts,
-design §9), no I/O, no threads. The metrics model is read through the ``DeviceReading``
-shape, and ``verdict_from_status`` turns a device's status into the ``IdleVerdict`` that
+design §9), no I/O, no threads. It reads gpumetrics' per-device model (``DeviceMetrics``)
+directly, and ``verdict_from_status`` turns a device's status into the ``IdleVerdict`` that
 ``plan_spot`` takes.
 
 The idle rules, exactly
@@ -37,20 +37,19 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Literal
 
+from gpumetrics.model import DeviceMetrics, Workload
 from gpushare.config import Config
 from gpushare.errors import ConfigError
 from gpushare.log import kv
 
 __all__ = [
-    "DeviceReading",
     "DeviceTrack",
     "IdleDetector",
     "IdleState",
     "IdleStatus",
     "IdleVerdict",
-    "PodWorkload",
     "verdict_from_status",
 ]
 
@@ -60,33 +59,6 @@ DEFAULT_WINDOW_S = 600.0
 DEFAULT_THRESHOLD_PCT = 0.0
 # About two scrape intervals (5 s) plus a timeout: one lost scrape does not break a streak.
 DEFAULT_MAX_GAP_S = 12.0
-
-
-class PodWorkload(Protocol):
-    """A pod the metrics say uses a device (``gpumetrics.Workload`` is one)."""
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def pod(self) -> str: ...
-
-
-class DeviceReading(Protocol):
-    """What the detector reads of one device in a scrape (``gpumetrics.DeviceMetrics`` is one).
-
-    Decision code reads the metrics model through this shape instead of importing it, so
-    ``controller.core`` stays below ``controller.metrics``.
-    """
-
-    @property
-    def device_id(self) -> str: ...
-
-    @property
-    def utilization_pct(self) -> float | None: ...
-
-    @property
-    def workloads(self) -> tuple[PodWorkload, ...]: ...
 
 
 class IdleState(StrEnum):
@@ -118,7 +90,7 @@ class DeviceTrack:
     idle_since: float | None
     reason: str
     utilization_pct: float | None = None
-    workloads: tuple[PodWorkload, ...] = ()
+    workloads: tuple[Workload, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +104,7 @@ class IdleStatus:
     reason: str
     utilization_pct: float | None = None
     # From the last reading; an idle device with none is "unallocated", not "wasted".
-    workloads: tuple[PodWorkload, ...] = ()
+    workloads: tuple[Workload, ...] = ()
 
     @property
     def is_idle(self) -> bool:
@@ -176,7 +148,7 @@ class IdleDetector:
         device_id: str,
         utilization_pct: float | None,
         now: float,
-        workloads: tuple[PodWorkload, ...] = (),
+        workloads: tuple[Workload, ...] = (),
         *,
         unknown_reason: str = R_UNKNOWN,
     ) -> IdleStatus:
@@ -217,7 +189,7 @@ class IdleDetector:
             )
         return status
 
-    def observe_scrape(self, devices: Iterable[DeviceReading], now: float) -> dict[str, IdleStatus]:
+    def observe_scrape(self, devices: Iterable[DeviceMetrics], now: float) -> dict[str, IdleStatus]:
         """One successful scrape: each device's reading; a known device absent from it reads unknown."""
         out: dict[str, IdleStatus] = {}
         for device in devices:

@@ -26,18 +26,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.core.detectors import R_STALE, DeviceTrack, IdleDetector, IdleState
+from gpumetrics.model import Workload
 
-__all__ = ["SavedWorkload", "TrackRecord", "to_records", "trusted_tracks"]
+__all__ = ["TrackRecord", "to_records", "trusted_tracks"]
 
 _KINDS = {k.value: k for k in (IdleState.IDLING, IdleState.BUSY, IdleState.UNKNOWN)}
-
-
-@dataclass(frozen=True, slots=True)
-class SavedWorkload:
-    """A pod named by a restored reading (a ``PodWorkload``)."""
-
-    namespace: str
-    pod: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,5 +106,5 @@ def _track_of(r: TrackRecord, now: float, detector: IdleDetector) -> DeviceTrack
                 f"a {r.last_kind} reading of {r.utilization_pct}% disagrees with "
                 f"idleThresholdPct {detector.threshold_pct:g} (changed since it was saved)"
             )
-    workloads = tuple(SavedWorkload(ns, pod) for ns, pod in pods)
+    workloads = tuple(Workload(ns, pod) for ns, pod in pods)
     return DeviceTrack(r.last_reading_at, kind, r.idle_since, r.reason, r.utilization_pct, workloads)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.detectors import IdleDetector, IdleState, verdict_from_status
-from controller.core.idle_history import SavedWorkload, TrackRecord, to_records, trusted_tracks
+from controller.core.idle_history import TrackRecord, to_records, trusted_tracks
 from gpumetrics import DeviceMetrics, Workload
 
 WINDOW = 600.0
@@ -62,7 +62,7 @@ def test_a_lent_gpu_is_not_unknown_before_the_first_scrape() -> None:
     after, _ = restarted(before, now=104)
     verdict = verdict_from_status("gpu0", after.status("gpu0", 104), is_process_level=True)
     assert verdict.state == "active" and verdict.users == frozenset({"spot/job"})
-    assert after.tracks()["gpu0"].workloads == (SavedWorkload("spot", "job"),)
+    assert after.tracks()["gpu0"].workloads == (Workload("spot", "job"),)
 
 
 def test_history_older_than_the_gap_is_not_trusted_and_the_device_reads_unknown() -> None:
