@@ -62,7 +62,7 @@ def injector() -> Injector:
 @pytest.fixture
 def running(runtime: FakeRuntime, injector: Injector) -> Iterator[Running]:
     r = Running(injector, runtime)
-    assert runtime.ready.wait(5), "handshake did not finish"
+    assert runtime.ready.wait(30), "handshake did not finish"
     yield r
     r.close()
 
@@ -256,7 +256,7 @@ def test_slow_handler_answers_deadline_exceeded_and_stays_connected(runtime: Fak
     plugin = _Slow()
     r = Running(plugin, runtime)
     try:
-        assert runtime.ready.wait(5)
+        assert runtime.ready.wait(30)
         reply = _create(runtime, _pod(), _ctr("c1", "main"), timeout_nano=400_000_000)
         assert reply.code == DEADLINE_EXCEEDED and "did not finish" in reply.message
         assert not plugin.returned.is_set()  # answered at the deadline, not when the handler gave up
@@ -275,7 +275,7 @@ class _Crashing:
 def test_handler_crash_is_internal_error(runtime: FakeRuntime) -> None:
     r = Running(_Crashing(), runtime)
     try:
-        assert runtime.ready.wait(5)
+        assert runtime.ready.wait(30)
         reply = _create(runtime, _pod(), _ctr("c1", "main"))
         assert reply.code == 13 and "boom" in reply.message
     finally:
@@ -290,7 +290,7 @@ def test_reconnects_after_runtime_restart(runtime: FakeRuntime, running: Running
     runtime.ready.clear()
     time.sleep(0.2)
     runtime.listen()
-    assert runtime.ready.wait(10), "stub did not reconnect"
+    assert runtime.ready.wait(30), "stub did not reconnect"
     assert running.wait_connections(2) == 2
     assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
 
@@ -322,7 +322,7 @@ def test_run_retries_until_the_socket_appears(tmp_path: object) -> None:
     try:
         time.sleep(0.3)  # a few failed dials with back-off
         rt.listen()
-        assert rt.ready.wait(10)
+        assert rt.ready.wait(30)
     finally:
         r.close()
         rt.cleanup()
@@ -339,7 +339,7 @@ def test_preconnected_fd(monkeypatch: pytest.MonkeyPatch, injector: Injector) ->
     t = threading.Thread(target=stub.run, args=(stop,), name="gpushare-nri-run")
     t.start()
     try:
-        assert rt.ready.wait(5)
+        assert rt.ready.wait(30)
         assert rt.registration is not None and rt.registration.plugin_idx == "42"
         assert _create(rt, _pod(), _ctr("c1", "main")).code == 0
         rt.drop_connection()  # a pre-connected plugin cannot redial: run returns
@@ -380,7 +380,7 @@ def test_garbage_from_the_runtime_drops_the_connection_and_the_stub_reconnects(
 ) -> None:
     runtime.ready.clear()
     runtime.send_raw(b"\x00\x00\x00\x00\x00\x00\x00\x04junk")  # mux frame for reserved conn id 0
-    assert runtime.ready.wait(10), "stub did not reconnect after a protocol error"
+    assert runtime.ready.wait(30), "stub did not reconnect after a protocol error"
     assert running.wait_connections(2) == 2
     assert _create(runtime, _pod(), _ctr("c1", "main")).code == 0
 
