@@ -2,7 +2,7 @@
 container's cgroup by container ID.
 
 Spot kills a borrower pod whole, through the pod-level cgroup kubelet makes
-(``cgroup_paths.py`` has the naming rules): every container of the pod, the sandbox,
+(``paths.py`` has the naming rules): every container of the pod, the sandbox,
 ephemeral containers and ones started while the kill runs are below it. ``detect_layout``
 finds which hierarchy and driver kubelet uses once, at start, or says in one line why pod
 cgroups cannot be found (then nothing may be lent). ``find_pod_cgroup`` maps a pod UID to
