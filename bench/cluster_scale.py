@@ -2,7 +2,7 @@
 
 One cluster (localcluster), kwok's simulated nodes with 8 fake GPUs each, ``gpushare agent``
 as the only agent (so the leader), and the node side of every simulated node played by
-``localcluster/sim_nodes.py`` with the agent's own node-pass code (docs/scale.md). For each
+``tests/harness/worlds/sim_nodes.py`` with the agent's own node-pass code (docs/scale.md). For each
 size, on the same cluster, grown from one size to the next:
 
 1. **plain**: 2 pods per node asking the fake GPU directly (the baseline), created at once;
@@ -17,13 +17,13 @@ size, on the same cluster, grown from one size to the next:
 Printed per size: seconds per bound pod for both (all pods' wall time over their count)
 and their ratio (goal <= 1.5), each pod's time from create to bound (median and p90,
 bench/stats.py), the leader's CPU seconds and peak RSS (goal <= 300 MiB), the agent's API
-requests per sharer (goal <= 3; counted by the API server, see localcluster/scale.py), the
+requests per sharer (goal <= 3; counted by the API server, see tests/harness/worlds/scale.py), the
 idle GC time, and per phase the CPU seconds each process spent (control plane, kwok, the
 leader, this process); then the growth of each figure from one size to the next.
 
 The benchmark shares the machine's cores with what it measures, so the timed part asks the
 API server nothing beyond the creates: each pod's bound time, and each shadow's stages, are
-noted by the node side's own watch when the event arrives (``localcluster.scale.StageClock``).
+noted by the node side's own watch when the event arrives (``tests.harness.worlds.scale.StageClock``).
 
     .venv/bin/python bench/cluster_scale.py [--nodes 100,300,1000] [--idle 15] [--json FILE]
 """
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.stats import median, percentile
 from localcluster.bringup import running_cluster
-from localcluster.scale import (
+from tests.harness.worlds.scale import (
     SHADOW_STAGES,
     SHARE_N,
     THIS_PROCESS,
@@ -110,7 +110,7 @@ class Row:
     # of its final count (None: never reached), from each pod's own time (StageClock).
     pipeline: dict[str, tuple[float | None, ...]]
     # Every client's writes the API server served while each phase's pods were placed, by kind
-    # (localcluster.scale.api_writes): what the phase asked of a control plane short of CPU.
+    # (tests.harness.worlds.scale.api_writes): what the phase asked of a control plane short of CPU.
     plain_writes: dict[str, float]
     sharer_writes: dict[str, float]
     # CPU seconds by process while each phase's pods were placed, and the seconds that took:

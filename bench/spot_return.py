@@ -87,7 +87,7 @@ from localcluster.agent import FAKE_RESOURCE, AgentProcess, FakeGpus, process_ag
 from localcluster.bringup import running_cluster  # noqa: E402
 from localcluster.cluster import Cluster  # noqa: E402
 from localcluster.pods import pod_manifest  # noqa: E402
-from localcluster.spot import spot_settings  # noqa: E402
+from tests.harness.worlds.spot import spot_settings  # noqa: E402
 from tests.integration.spot.trees import tree_script  # noqa: E402
 
 GPUS = 16

@@ -31,11 +31,12 @@ sys.path.insert(0, str(REPO))
 
 from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentSettings, agent_mode  # noqa: E402
 from localcluster.cluster import Cluster  # noqa: E402
-from localcluster.deploy import fake_gpus, node_agent  # noqa: E402
+from localcluster.deploy import fake_gpus  # noqa: E402
 from localcluster.errors import ClusterError  # noqa: E402
 from localcluster.layout import Binaries  # noqa: E402
 from localcluster.paths import cache_dir  # noqa: E402
 from localcluster.pods import pod_manifest  # noqa: E402
+from tests.harness.worlds.agent_pod import node_agent  # noqa: E402
 
 IN_POD = ["-n", "gpushare-system", "ds/gpushare-agent", "--"]
 POD_CONFIG = "/etc/gpushare/config.yaml"

@@ -7,7 +7,7 @@ owner "returns", the job is gone, and ``gpushare status`` says why.
 No GPU is needed: the fake vendor plugin serves two fake GPUs and the agent reads fake
 dcgm-exporter metrics from a file this script rewrites (gpumetrics/fake_exporter.py), through
 the real scrape and adapter path. Both are installed as in `make demo` (the agent is the
-DaemonSet's pod, installed with helm; ``localcluster/spot.py``). The agent started here runs with
+DaemonSet's pod, installed with helm; ``tests/harness/worlds/spot.py``). The agent started here runs with
 spot on; a calling demo must have removed its own agent and fake GPU plugin first (one agent per
 node).
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localcluster.bringup import running_cluster
 from localcluster.cluster import Cluster
-from localcluster.spot import (
+from tests.harness.worlds.spot import (
     GPUS,
     IDLE_WINDOW_S,
     SpotEnv,

@@ -2,11 +2,11 @@
 running them share.
 
 The e2e and spot tiers, ``hack/demo.py`` and ``hack/demo_spot.py`` run the agent as the pod of
-the chart's DaemonSet (``localcluster/deploy.py``, ``localcluster/agent_pod.py``), the way an
-operator installs it. Running it as a host process stays for development
-(``GPUSHARE_AGENT_MODE=process``) and for ``bench/share_startup.py``, which rewrites the config
-between phases. Both ways give the tests the same handle (``AgentHandle``): start, stop
-(SIGTERM), ``kill -9``, the log text, ``/metrics``, ``/status`` and a stack dump.
+the chart's DaemonSet (``tests/harness/worlds/agent_pod.py``), the way an operator installs it.
+Running it as a host process stays for development (``GPUSHARE_AGENT_MODE=process``) and for
+``bench/share_startup.py``, which rewrites the config between phases. Both ways give the tests the
+same handle (``AgentHandle``): start, stop (SIGTERM), ``kill -9``, the log text, ``/metrics``,
+``/status`` and a stack dump.
 """
 
 from __future__ import annotations

@@ -1,26 +1,28 @@
-"""gpushare on a local cluster the way an operator installs it (docs/install.md): the image
-``make image`` builds, imported into the cluster's containerd (namespace ``k8s.io``), then
-``helm install`` of ``manifests/chart`` (``AgentPod``); the fake vendor plugin the same way, from
-its test chart ``tests/charts/fake-gpus`` (``FakeGpuRelease``).
+"""The fake vendor device plugin on a local cluster, installed the way an operator installs a
+vendor's plugin: the image ``make image`` builds, imported into the cluster's containerd
+(namespace ``k8s.io``), then ``helm install`` of its test chart ``tests/charts/fake-gpus``
+(``FakeGpuRelease``).
 
-    gpus = fake_gpus(cluster, side)                        # a FakeGpuRelease, or a FakeGpus process
-    agent = node_agent(cluster, side, AgentSettings())     # an AgentPod, or an AgentProcess
-    gpus.start(); agent.start(); agent.wait_healthy()
+    gpus = fake_gpus(cluster, side)        # a FakeGpuRelease, or a FakeGpus process
+    gpus.start()
 
-``GPUSHARE_AGENT_MODE=process`` makes both host processes instead (development). Paths in the
+``GPUSHARE_AGENT_MODE=process`` makes it a host process instead (development). Paths in the
 chart values are the host's as containerd sees them: containerd resolves hostPath volumes in
 its own mount namespace, the host's, while kubelet runs in a private one (docs/cluster.md).
+
+The agent's own DaemonSet pod, and the choice between it and a host process, live with the
+tests (``tests/harness/worlds/agent_pod.py``): driving that pod reaches into the product's
+cgroup code, and this package stays generic so that the product and the harness share no
+internals.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from localcluster.agent import FAKE_RESOURCE, AgentHandle, AgentSettings, FakeGpus, GpuPlugin, agent_mode, process_agent
-from localcluster.agent_pod import AgentPod
+from localcluster.agent import FAKE_RESOURCE, FakeGpus, GpuPlugin, agent_mode
 from localcluster.cluster import Cluster
 from localcluster.helm import Helm, daemonset_ready, import_image, wait_pods_gone, write_values
-from localcluster.host import free_port
 from localcluster.paths import REPO
 
 FAKE_GPUS_CHART = REPO / "tests" / "charts" / "fake-gpus"
@@ -60,14 +62,6 @@ class FakeGpuRelease:
         # Wait for the namespace to go: the next tier's install of the same release into it would
         # otherwise be refused while it is still terminating.
         self.cluster.kubectl("delete", "namespace", FAKE_GPUS_NAMESPACE, "--ignore-not-found", "--timeout=120s")
-
-
-def node_agent(cluster: Cluster, side: Path, settings: AgentSettings, mode: str | None = None) -> AgentHandle:
-    """The (not yet started) agent of a harness cluster: the DaemonSet's pod, or a host process."""
-    side.mkdir(parents=True, exist_ok=True)
-    if (mode or agent_mode()) == "process":
-        return process_agent(cluster, side, settings)
-    return AgentPod(cluster, side, settings, free_port())
 
 
 def fake_gpus(cluster: Cluster, side: Path, count: int = 2, mode: str | None = None) -> GpuPlugin:

@@ -12,7 +12,7 @@ config file (``stage_docs``), written here rather than taken from kwok's default
 decides every step a simulated pod takes:
 
 - ``gs-node-ready``: a managed node that is not Ready becomes Ready and Running; its capacity
-  is left as created (and as the node side patches it, ``localcluster/sim_nodes.py``);
+  is left as created (and as the node side patches it, ``tests/harness/worlds/sim_nodes.py``);
 - ``gs-pod-running``: a scheduled, not deleted pod that is still Pending becomes Running and Ready;
 - ``gs-pod-gone``: a pod with a deletionTimestamp is removed (no kubelet will ever confirm it).
 

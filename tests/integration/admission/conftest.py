@@ -33,12 +33,12 @@ from controller.core.pod_facts import PodRef
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
 from localcluster.agent import AgentSettings
-from localcluster.agent_pod import NAMESPACE, SELECTOR, AgentPod
 from localcluster.cluster import Cluster
 from localcluster.errors import ClusterUnavailable
 from localcluster.helm import pods
 from localcluster.host import free_port
 from tests.harness.cluster_fixture import cluster  # noqa: F401
+from tests.harness.worlds.agent_pod import NAMESPACE, SELECTOR, AgentPod
 
 TENANT_NS = "gs-adm-tenant"
 TENANT_SA = "tenant"

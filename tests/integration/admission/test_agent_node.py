@@ -9,8 +9,8 @@ from typing import Any
 
 from controller.io.kube_client import KubeClient
 from gpushare import keys
-from localcluster.agent_pod import NAMESPACE
 from localcluster.pods import pod_manifest
+from tests.harness.worlds.agent_pod import NAMESPACE
 from tests.integration.admission.conftest import (
     AGENT_SA,
     OTHER_NODE,

@@ -9,8 +9,8 @@ import pytest
 
 from gpushare import keys
 from localcluster.agent import FAKE_RESOURCE
-from localcluster.agent_pod import NAMESPACE
 from localcluster.pods import pod_manifest
+from tests.harness.worlds.agent_pod import NAMESPACE
 from tests.integration.admission.conftest import OTHER_NODE, TENANT_NS, TEST_LABEL, Admission
 
 SPOT = keys.RESOURCE_SPOT_GPU

@@ -1,6 +1,6 @@
 """The doctor tier: `gpushare doctor` against the real one-node cluster, healthy and with one fault at a time.
 
-The healthy node is the spot environment (localcluster/spot.py): the fake vendor plugin for 2 GPUs
+The healthy node is the spot environment (tests/harness/worlds/spot.py): the fake vendor plugin for 2 GPUs
 and the agent with spot on, reading the fake exporter's file, both installed with helm as the
 DaemonSets an operator runs (``GPUSHARE_AGENT_MODE=process``: host processes). Faults are made
 without breaking that node: the doctor's config points at a second, deliberately broken setup (a
@@ -24,8 +24,8 @@ import yaml
 from localcluster.agent import GPUSHARE
 from localcluster.cluster import Cluster
 from localcluster.paths import REPO
-from localcluster.spot import SpotEnv, spot_environment
 from tests.harness.cluster_fixture import cluster  # noqa: F401
+from tests.harness.worlds.spot import SpotEnv, spot_environment
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,12 @@ import pytest
 from gpumetrics.fake_exporter import FakeGpu, render_dcgm
 from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentHandle, AgentSettings, GpuPlugin
 from localcluster.cluster import Cluster
-from localcluster.deploy import fake_gpus, node_agent
+from localcluster.deploy import fake_gpus
 from localcluster.errors import ClusterUnavailable
 from localcluster.paths import REPO
 from localcluster.prometheus import AGENT_JOB, EXPORTER_JOB, ExporterServer, PrometheusServer
 from tests.harness.cluster_fixture import cluster  # noqa: F401
+from tests.harness.worlds.agent_pod import node_agent
 
 IDLE_TIMEOUT_S = 3.0
 IDLE_WINDOW = "2s"  # a lendable owner's GPU idle this long is lent

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from controller.core import actions
-from localcluster.agent_pod import DAEMONSET, NAMESPACE, AgentPod
 from localcluster.helm import RELEASE_NAMESPACE, Helm, image_name
 from localcluster.pods import sharer
+from tests.harness.worlds.agent_pod import DAEMONSET, NAMESPACE, AgentPod
 from tests.integration.e2e.conftest import IDLE_TIMEOUT_S, Env
 from tests.integration.e2e.test_sharing import DEV_SCRIPT
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from localcluster.agent_pod import AgentPod
 from localcluster.paths import REPO
 from localcluster.pods import sharer
+from tests.harness.worlds.agent_pod import AgentPod
 from tests.integration.e2e.conftest import Env
 
 

@@ -18,10 +18,10 @@ import pytest
 
 from controller.core import actions
 from gpushare import keys
-from localcluster.agent_pod import CONTAINER, DAEMONSET, NAMESPACE, AgentPod
 from localcluster.component_config import AGENT_USER
 from localcluster.pods import sharer
 from tests.harness.rbac import Use, compare, grants_from, manifest_grants, uses_from_audit
+from tests.harness.worlds.agent_pod import CONTAINER, DAEMONSET, NAMESPACE, AgentPod
 from tests.integration.e2e.conftest import IDLE_TIMEOUT_S, Env
 
 TENANT = "rbac-tenant"

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpushare import keys
 from localcluster.cluster import Cluster
-from localcluster.scale import check_sharers, scale_world, sharer
+from tests.harness.worlds.scale import check_sharers, scale_world, sharer
 
 IDLE_S = 20.0  # longer than deleting the first sharers takes, so no shadow drains before the test means it to
 

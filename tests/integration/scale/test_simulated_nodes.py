@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from localcluster.cluster import Cluster
-from localcluster.scale import SHARE_N, check_sharers, scale_world, sharer
+from tests.harness.worlds.scale import SHARE_N, check_sharers, scale_world, sharer
 
 NODES = 50
 SHARERS = 4 * NODES  # one shadow for every 4: 50 shadows, one GPU of 8 per node

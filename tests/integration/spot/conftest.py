@@ -1,6 +1,6 @@
 """Spot tier: a private one-node cluster, the fake vendor plugin for 2 GPUs, and
 ``gpushare agent`` reading fake dcgm metrics from a file the tests rewrite. Both are installed
-with helm (``localcluster/spot.py``): the agent is the DaemonSet's pod, so it sees the node's
+with helm (``tests/harness/worlds/spot.py``): the agent is the DaemonSet's pod, so it sees the node's
 PIDs and cgroups through hostPID and the /sys/fs/cgroup mount, and reaches the file through a
 read-only mount of its directory. ``GPUSHARE_AGENT_MODE=process`` runs both as host processes.
 
@@ -25,7 +25,7 @@ from localcluster.agent import agent_mode
 from localcluster.bringup import find_installs, running_cluster
 from localcluster.errors import ClusterUnavailable
 from localcluster.helm import helm_binary
-from localcluster.spot import SpotEnv, spot_environment
+from tests.harness.worlds.spot import SpotEnv, spot_environment
 
 
 @pytest.fixture(scope="package")

@@ -21,7 +21,7 @@ import pytest
 
 from gpushare import keys
 from localcluster.images import BUSYBOX_IMAGE
-from localcluster.spot import GPUS, SpotEnv, owner_manifest, spot_manifest
+from tests.harness.worlds.spot import GPUS, SpotEnv, owner_manifest, spot_manifest
 from tests.integration.spot.test_spot_cluster import cid_of, container_pids, lend, others_busy, pod
 
 OWNER = "h-owner"

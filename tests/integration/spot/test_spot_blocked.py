@@ -23,11 +23,20 @@ import pytest
 from gpushare import keys
 from localcluster.agent import agent_mode
 from localcluster.bringup import find_installs, running_cluster
-from localcluster.deploy import fake_gpus, node_agent
+from localcluster.deploy import fake_gpus
 from localcluster.errors import ClusterUnavailable
 from localcluster.helm import helm_binary
 from localcluster.layout import NODE_NAME
-from localcluster.spot import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest, spot_settings
+from tests.harness.worlds.agent_pod import node_agent
+from tests.harness.worlds.spot import (
+    GPUS,
+    IDLE_WINDOW_S,
+    SpotEnv,
+    owner_gpu,
+    owner_manifest,
+    spot_manifest,
+    spot_settings,
+)
 
 SPOT = keys.RESOURCE_SPOT_GPU
 

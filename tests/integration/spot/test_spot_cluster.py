@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from gpushare import keys
-from localcluster.spot import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
 from podcgroups.cgroups import CgroupIndex
+from tests.harness.worlds.spot import GPUS, IDLE_WINDOW_S, SpotEnv, owner_gpu, owner_manifest, spot_manifest
 
 SPOT = keys.RESOURCE_SPOT_GPU
 

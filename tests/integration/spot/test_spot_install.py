@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from localcluster.agent_pod import NAMESPACE, SELECTOR, AgentPod
 from localcluster.helm import pods
-from localcluster.spot import SpotEnv
+from tests.harness.worlds.agent_pod import NAMESPACE, SELECTOR, AgentPod
+from tests.harness.worlds.spot import SpotEnv
 
 
 def test_kmod_init_container_says_why_in_one_line_and_the_agent_lends_by_utilization(spot_env: SpotEnv) -> None:

@@ -22,7 +22,7 @@ from bench.cluster_scale import (
     render,
 )
 from localcluster.errors import ClusterError
-from localcluster.scale import (
+from tests.harness.worlds.scale import (
     NAMESPACE,
     THIS_PROCESS,
     ClientLimit,
