@@ -25,6 +25,7 @@ from typing import Any
 from controller.http_endpoint import Endpoint
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
+from controller.io.pod_rules import CachedPodRules
 from controller.io.podresources import PodResourcesClient
 from controller.io.state import StateStore
 from controller.io.vendor_allocate import KubeletHolders, VendorAllocateResolver
@@ -127,9 +128,14 @@ class Agent:
             resolver=resolver,
             holders=KubeletHolders(self.podresources),
             lend_state=AgentLendState(self._spot_gpus, self._spot_healthy, self._spot_reclaimed),
+            pod_rules=CachedPodRules(self._node_pod, cfg.real_resources),
             on_decision=self._on_nri_decision,
             on_refusal=self._on_nri_refusal,
         )
+
+    def _node_pod(self, key: str) -> Mapping[str, Any] | None:
+        # The loop is built after the injector; CreateContainer comes only once both run.
+        return self.loop.node_pod(key)
 
     def _spot_gpus(self) -> tuple[GpuSpot, ...] | None:
         report = self.loop.last_report()

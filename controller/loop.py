@@ -233,6 +233,10 @@ class ReconcileLoop:
             return self.period_s
         return min(self.period_s, max(0.0, self._next_due - self._clock()))
 
+    def node_pod(self, key: str) -> Mapping[str, Any] | None:
+        """A pod bound to this node by ``"<namespace>/<name>"``, as the node's watch last saw it."""
+        return self._node.get(key)
+
     def last_report(self) -> TickReport:
         return self._report
 

@@ -1,4 +1,5 @@
-"""The node's part of a reconcile pass: spot's plan, then the share plugins' lists, cascade and records.
+"""The node's part of a reconcile pass: spot's plan, then the share plugins' lists, cascade and records,
+then the pods the node will not run (``controller.core.refusals``).
 
 Every agent runs it for its own node. The parts of a pass fail on their own (``PassParts``):
 an exception in the leader's cluster plan costs no node action, one in spot's plan costs
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 from controller.core.actions import Action, SetSpotHealth
 from controller.core.mapping import MappingCache
 from controller.core.model import Snapshot, build_snapshot
+from controller.core.refusals import plan_node_refusals
 from controller.io.state import TIMER_SHARER_SHADOW, TIMER_SPOT_BACK
 from controller.share.holdings import bind_holdings, decode_bindings, encode_bindings
 from controller.share.shadow_drain import (
@@ -110,6 +112,7 @@ def plan_node(
         return confirm_withdrawals(cfg, snap, mapping, actions, list_node_pods)
 
     shares = parts.run("shares", shares_plan, nothing)
+    shares += parts.run("refusals", lambda: tuple(plan_node_refusals(snap)), nothing)
     if spot is None:
         return NodePass(shares)
     spot_plan = parts.run("spot", lambda: _plan_spot(cfg, spot, snap, mapping, now=now, load=load), None)

@@ -36,6 +36,7 @@ REFUSED_NOT_READY = "not-ready"  # the source container or pod is not created on
 REFUSED_NOT_SHADOW = "not-shadow"  # a cross-pod source that is not a gpushare shadow
 REFUSED_LEND_ENDED = "lend-ended"  # a spot GPU whose lend ended or cannot be confirmed active
 REFUSED_DEVICES_UNKNOWN = "devices-unknown"  # the GPU's device nodes cannot be told apart or found
+REFUSED_MIX = "mix"  # a pod whose mix of GPU requests gpushare refuses (rules.refused_mix), or one not read yet
 REFUSAL_REASONS = (
     REFUSED_MALFORMED,
     REFUSED_FORGED,
@@ -45,6 +46,7 @@ REFUSAL_REASONS = (
     REFUSED_NOT_SHADOW,
     REFUSED_LEND_ENDED,
     REFUSED_DEVICES_UNKNOWN,
+    REFUSED_MIX,
 )
 
 

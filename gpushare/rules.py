@@ -9,7 +9,7 @@ caller asks it. Pure: no I/O, no clock; callers pass what they observed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from enum import StrEnum
 from typing import Final
 
@@ -45,6 +45,69 @@ def is_device_resource(name: str) -> bool:
 def is_vendor_resource(name: str) -> bool:
     """A vendor's device resource such as ``nvidia.com/gpu``: a device resource that is not ours."""
     return is_device_resource(name) and not is_gpushare_resource(name)
+
+
+# -- the mixes of GPU requests a pod may not make (design §8; docs/security.md) ------------------------------
+
+# One container's ask: its name and every resource named in its limits or requests, as the pod
+# spells them. Presence counts, not the quantity: the admission policy reads it so, and a pod
+# refused there must be refused here too.
+ContainerAsk = tuple[str, Sequence[str]]
+
+_SHARE_PREFIXES = (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_PREFIX)
+
+
+def refused_mix(
+    pod: str, containers: Sequence[ContainerAsk], annotations: Mapping[str, str], real_resources: Collection[str]
+) -> str | None:
+    """Why gpushare refuses this pod's mix of GPU requests, in the admission policy's own words;
+    None when it may run.
+
+    ``pod``: ``<namespace>/<name>`` for the message; ``containers``: the app containers, then the
+    init containers (they hold their devices for the pod's life too); ``real_resources``: the
+    configuration's vendor resources. The node enforces what the policy ``gpushare-pods`` refuses
+    at creation, because the policy may be off or only warn: a sharer's shadows, a borrower's
+    reclaim and a whole GPU's tenant each assume a pod is exactly one of them.
+    """
+    asked = [r for _, resources in containers for r in resources]
+    shares = [r for r in asked if r.startswith(_SHARE_PREFIXES)]
+    asks_spot = keys.RESOURCE_SPOT_GPU in asked
+    reals = [r for r in asked if r in real_resources]
+    if asks_spot and shares:
+        return (
+            f"gpushare: pod {pod} asks for {keys.RESOURCE_SPOT_GPU} and {shares[0]}; a borrower is killed whole when "
+            "the owner of the lent GPU returns, a sharer must keep its slot: run the spot work and the shared work "
+            "as separate pods"
+        )
+    other = next((r for r in shares if r != shares[0]), None)
+    if other is not None:
+        return (
+            f"gpushare: pod {pod} asks for {shares[0]} and {other}; all the slots of a pod come from shadows of one "
+            f"kind and spec: ask every container for the same {keys.RESOURCE_SHARE_GPU_PREFIX}N, or the same "
+            f"{keys.RESOURCE_SHARE_DEV_GPU_PREFIX}N"
+        )
+    if shares and reals:
+        return (
+            f"gpushare: pod {pod} asks for {shares[0]} and {reals[0]}; a sharer is evicted whole when its shadow "
+            "goes, and a container given both would see only one of them in its visibility variables: run the "
+            "shared and the whole-GPU work as separate pods"
+        )
+    if asks_spot and reals:
+        return (
+            f"gpushare: pod {pod} asks for {keys.RESOURCE_SPOT_GPU} and {reals[0]}; a borrower is killed whole when "
+            "the owner of the lent GPU returns, so its own GPU would go with it: run the spot work and the "
+            "whole-GPU work as separate pods"
+        )
+    prefix = keys.POD_ANNOTATION_DEVICES_FROM_PREFIX
+    targets = {k[len(prefix) :] for k in annotations if k.startswith(prefix)}
+    for name, resources in containers:
+        if name in targets and any(is_gpushare_resource(r) or r in real_resources for r in resources):
+            return (
+                f'gpushare: pod {pod}: container "{name}" is named by the annotation {prefix}{name} and also asks '
+                "for a GPU resource; a Docker-in-Docker target gets its GPU from its source container only: "
+                f'remove the resource from "{name}" or the annotation'
+            )
+    return None
 
 
 # -- names ----------------------------------------------------------------------------------------------------
@@ -122,6 +185,7 @@ __all__ = [
     "MIN_SHARE_SPEC",
     "PENDING_UNBOUND_SELECTOR",
     "SHADOW_SELECTOR",
+    "ContainerAsk",
     "ReturnSignal",
     "is_device_resource",
     "is_dns_label",
@@ -131,5 +195,6 @@ __all__ = [
     "is_vendor_resource",
     "may_borrow",
     "on_node_selector",
+    "refused_mix",
     "return_signal",
 ]

@@ -3,7 +3,7 @@
 ``Stub`` owns the wire (mux + ttrpc, register, configure, synchronize, reconnect);
 ``Injector`` is the plugin object (one method per event); ``BundleCache`` is its index of this
 node's containers; ``decide`` is the pure decision code; ``AllocationOracle``,
-``DeviceResolver``, ``HolderOracle`` and ``LendState`` are what the controller injects.
+``DeviceResolver``, ``HolderOracle``, ``LendState`` and ``PodRules`` are what the controller injects.
 """
 
 from nri_plugin.bundles import BundleCache
@@ -17,7 +17,7 @@ from nri_plugin.errors import (
     TransportError,
 )
 from nri_plugin.injector import Injector
-from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState
+from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState, PodRules
 from nri_plugin.stub import Stub, derive_mask
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "LendState",
     "NriError",
     "OracleUnavailable",
+    "PodRules",
     "ProtocolError",
     "RpcStatusError",
     "Stub",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gpushare.config import Config
-from gpushare.errors import REFUSED_LEND_ENDED, REFUSED_UNCONFIRMED, InstructionRefused
+from gpushare.errors import REFUSED_LEND_ENDED, REFUSED_MIX, REFUSED_UNCONFIRMED, InstructionRefused
 from gpushare.log import kv
 from nri_plugin import convert
 from nri_plugin._pb import nri_pb2
@@ -24,7 +24,7 @@ from nri_plugin.bundles import BundleCache
 from nri_plugin.decide import Decision, RealIds, confirmed_real_ids, decide, find_instruction, is_cross_pod
 from nri_plugin.errors import OracleUnavailable
 from nri_plugin.model import Bundle, ContainerInfo, PodInfo
-from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState
+from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState, PodRules
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class Injector:
         resolver: DeviceResolver | None = None,
         holders: HolderOracle | None = None,
         lend_state: LendState | None = None,
+        pod_rules: PodRules | None = None,
         cache: BundleCache | None = None,
         on_decision: OnDecision | None = None,
         on_refusal: Callable[[str], None] | None = None,
@@ -52,6 +53,7 @@ class Injector:
         self._resolver = resolver
         self._holders = holders
         self._lend_state = lend_state
+        self._pod_rules = pod_rules
         self._on_decision = on_decision
         self._on_refusal = on_refusal  # gets the refusal's reason word (gpushare.errors.REFUSAL_REASONS)
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
@@ -133,6 +135,7 @@ class Injector:
 
     def _decide(self, pod: PodInfo, info: ContainerInfo) -> Decision | None:
         instruction = find_instruction(pod, info)
+        self._check_pod(pod, info, needed=instruction is not None)
         if instruction is None:
             return None
         view = self.cache.view
@@ -156,6 +159,29 @@ class Injector:
                 instruction, pod, info, view, allocated=allocated, resolved=resolved, holders=holders, lends=lends
             )
         return decide(instruction, pod, info, view, allocated=allocated)
+
+    def _check_pod(self, pod: PodInfo, info: ContainerInfo, *, needed: bool) -> None:
+        """Refuse every container of a pod whose mix of GPU requests gpushare refuses.
+
+        The admission policy refuses such a pod at creation, but it may be off, only warn, or
+        younger than the pod: the node is the guarantee. A pod the agent has not read yet (or
+        cannot read) is refused only when this container has an instruction to act on, so a
+        lagging cache never stops containers that get nothing from gpushare.
+        """
+        if self._pod_rules is None:
+            return
+        try:
+            why = self._pod_rules.refusal(pod.namespace, pod.name, pod.uid)
+        except OracleUnavailable as exc:
+            if not needed:
+                return
+            raise InstructionRefused(
+                f"gpushare: cannot check the GPU requests of {pod.ref} ({exc}); container {info.name!r} is "
+                "refused until the agent has read the pod, and kubelet retries it (design §8)",
+                reason=REFUSED_MIX,
+            ) from exc
+        if why is not None:
+            raise InstructionRefused(f"{why} (container {info.name!r} refused on the node)", reason=REFUSED_MIX)
 
     def _spot_inputs(
         self, instruction: RealIds, pod: PodInfo

@@ -4,7 +4,8 @@ The controller implements these and injects them; ``nri_plugin`` never imports t
 
 - ``AllocationOracle``: ``controller.io.podresources.PodResourcesClient``;
 - ``DeviceResolver`` and ``HolderOracle``: ``controller.io.vendor_allocate``;
-- ``LendState``: ``controller.spot.lend_state``.
+- ``LendState``: ``controller.spot.lend_state``;
+- ``PodRules``: the agent's cache of the pods bound to its node (``controller.agent``).
 
 Each is called inside CreateContainer, so it must answer from a cache or within a short timeout
 (well under the runtime's 2 s), and raise ``nri_plugin.errors.OracleUnavailable`` when it
@@ -71,3 +72,15 @@ class LendState(Protocol):
     """
 
     def lend_ended(self, real_id: str, namespace: str, pod: str, uid: str) -> str | None: ...
+
+
+@runtime_checkable
+class PodRules(Protocol):
+    """The rules that need the whole pod as the API server has it (design §8), for one pod.
+
+    ``refusal`` is why gpushare will not run this pod on a GPU (``gpushare.rules.refused_mix``, in
+    the admission policy's words), or None when it may run. Raises ``OracleUnavailable`` when the
+    pod (by uid) is not known yet or cannot be read: the caller decides whether that refuses.
+    """
+
+    def refusal(self, namespace: str, name: str, uid: str) -> str | None: ...

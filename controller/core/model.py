@@ -4,6 +4,7 @@ Built on ``controller.core.pod_facts`` (what every pod has):
 
     Pool / ShareKey                             the unit of shadow demand (``controller.core.share_key``, re-exported)
     ShadowPod / SharePod / SpotPod              the design's roles (design §3, §6)
+    RefusedPod                                  a pod whose mix of GPU requests gpushare refuses (design §8)
     Owner                                       a container holding a real GPU (design §6)
     PodResourcesEntry                           one kubelet PodResources row (k8s.io/kubelet pkg/apis/podresources/v1)
     users / owner annotation codecs             the mapping records (``controller.core.records``, re-exported)
@@ -16,7 +17,7 @@ Pure module: stdlib and ``gpushare`` only (docs/architecture.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -189,6 +190,35 @@ class SharePod(NamedTuple):
         return _new(cls, (facts, key, qty, parse_owner_annotation(owner) if owner else {}))
 
 
+class RefusedPod(NamedTuple):
+    """A pod whose mix of GPU requests gpushare refuses (``gpushare.rules.refused_mix``).
+
+    It is neither a sharer nor a borrower: no shadow is made for it and it is lent nothing. Its
+    facts stay in the snapshot, so whatever kubelet gave it still counts as held (its slots keep
+    their shadows, its spot devices are reclaimed with the rest) until the agent has stopped it.
+    """
+
+    facts: PodFacts
+    why: str  # the rule's message, in the admission policy's words
+
+    @property
+    def ref(self) -> PodRef:
+        return self.facts.ref
+
+    @property
+    def node_name(self) -> str:
+        return self.facts.node_name
+
+
+def refusal_of(facts: PodFacts, real_resources: Collection[str]) -> str | None:
+    """``rules.refused_mix`` of a pod as read; None when its mix of requests may run."""
+    containers = facts.containers
+    if not any(c.resources for c in containers):
+        return None  # most pods ask for no device at all: nothing to mix
+    asks = [(c.name, [r for r, _ in c.resources]) for c in containers]
+    return rules.refused_mix(facts.ref.key, asks, facts.annotations, real_resources)
+
+
 class SpotPod(NamedTuple):
     """A pod asking for ``gpushare/spot-gpu``: a borrower once admitted (design §6)."""
 
@@ -257,6 +287,7 @@ class Snapshot:
     shadows: tuple[ShadowPod, ...]
     sharers: tuple[SharePod, ...]
     spot_pods: tuple[SpotPod, ...]
+    refused: tuple[RefusedPod, ...] = ()
     pod_resources: tuple[PodResourcesEntry, ...] = ()
     # Real resource -> real IDs this node's kubelet can allocate (GetAllocatableResources).
     allocatable: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -275,21 +306,29 @@ class Snapshot:
     def sharers_on(self, node: str) -> list[SharePod]:
         return [s for s in self.sharers if s.node_name == node]
 
+    def refused_on(self, node: str) -> list[RefusedPod]:
+        return [p for p in self.refused if p.node_name == node]
+
 
 # What one pod reads as: its facts and role (None for a pod in no role), or the problem.
-_Read = tuple[PodFacts, ShadowPod | SharePod | SpotPod | None] | tuple[PodProblem, None]
+_Read = tuple[PodFacts, ShadowPod | SharePod | SpotPod | RefusedPod | None] | tuple[PodProblem, None]
 
 
 # A build_snapshot caller's reads from its previous snapshot, for ``build_snapshot(memo=...)``.
 SnapshotMemo = PodMemo[_Read]
 
 
-def _read_pod(raw: Mapping[str, Any], default_pool: str, share_keys: ShareKeys, cache: ReadCache) -> _Read:
+def _read_pod(
+    raw: Mapping[str, Any], real_resources: tuple[str, ...], share_keys: ShareKeys, cache: ReadCache
+) -> _Read:
     try:
         facts = parse_pod(raw, cache)
         if is_shadow(facts):
             return facts, ShadowPod.from_facts(facts, share_keys)
-        sharer = SharePod.from_facts(facts, default_pool, share_keys)
+        why = refusal_of(facts, real_resources)
+        if why is not None:
+            return facts, RefusedPod(facts, why)
+        sharer = SharePod.from_facts(facts, real_resources[0], share_keys)
         if sharer is not None:
             return facts, sharer
         return facts, SpotPod(facts) if facts.quantity(keys.RESOURCE_SPOT_GPU) > 0 else None
@@ -322,21 +361,22 @@ def build_snapshot(
     ``memo``: the caller's reads from its previous snapshot; pods whose uid and
     resourceVersion it has seen are not read again (``controller.core.pod_memo``).
     """
-    default_pool = cfg.real_resources[0]
+    real_resources = tuple(cfg.real_resources)
     share_keys: ShareKeys = {}
     cache = ReadCache()
 
     reads: Iterable[_Read]
     if memo is not None:
-        reads = memo.read_all(pods, lambda raw: _read_pod(raw, default_pool, share_keys, cache), default_pool)
+        reads = memo.read_all(pods, lambda raw: _read_pod(raw, real_resources, share_keys, cache), real_resources)
     else:
         # map, not a list: each read is taken apart as it comes, so the pass never holds them all
         # (fewer objects for the collector to walk while it reads) and no Python loop calls it.
-        reads = map(_read_pod, pods, repeat(default_pool), repeat(share_keys), repeat(cache))
+        reads = map(_read_pod, pods, repeat(real_resources), repeat(share_keys), repeat(cache))
     by_key: dict[PodKey, PodFacts] = {}
     shadows: list[ShadowPod] = []
     sharers: list[SharePod] = []
     spot: list[SpotPod] = []
+    refused: list[RefusedPod] = []
     problems: list[PodProblem] = []
     for facts, role in reads:
         if isinstance(facts, PodProblem):
@@ -348,6 +388,8 @@ def build_snapshot(
             sharers.append(role)
         elif type(role) is SpotPod:
             spot.append(role)
+        elif type(role) is RefusedPod:
+            refused.append(role)
         ref = facts.ref
         by_key[f"{ref.namespace}/{ref.name}"] = facts  # ref.key, without a call per pod
     return Snapshot(
@@ -356,6 +398,7 @@ def build_snapshot(
         shadows=tuple(sorted(shadows, key=_by_ref)),
         sharers=tuple(sorted(sharers, key=_by_ref)),
         spot_pods=tuple(sorted(spot, key=_by_ref)),
+        refused=tuple(sorted(refused, key=_by_ref)),
         pod_resources=tuple(pod_resources),
         allocatable={r: tuple(ids) for r, ids in (allocatable or {}).items()},
         lendable_namespaces=frozenset(lendable_namespaces),
@@ -371,6 +414,7 @@ __all__ = [
     "Owner",
     "PodResourcesEntry",
     "Pool",
+    "RefusedPod",
     "ShadowPod",
     "ShareKey",
     "SharePod",
@@ -383,4 +427,5 @@ __all__ = [
     "is_shadow",
     "parse_owner_annotation",
     "parse_users_annotation",
+    "refusal_of",
 ]

@@ -144,6 +144,11 @@ class PodCache(ListWatchLoop):
             del self._assumed[key]
             self._pods.pop(key, None)
 
+    def get(self, key: str) -> Mapping[str, Any] | None:
+        """One pod by ``"<namespace>/<name>"`` as last seen, without copying the cache."""
+        with self._lock:
+            return self._pods.get(key)
+
     def view(self) -> CacheView:
         with self._lock:
             if self._assumed:

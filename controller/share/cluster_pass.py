@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from controller.core.actions import Action, DeleteShadow
 from controller.core.model import Snapshot, SnapshotMemo, build_snapshot
+from controller.core.refusals import plan_pending_refusals
 from controller.share.cluster_view import merge_pods, plan_waiting_events, unschedulable_pods, unschedulable_shadows
 from controller.share.placing import Placing, Seen
 from controller.share.solver import KeyDemand, ShadowPlan, plan_shadows
@@ -70,7 +71,7 @@ def plan_cluster(
     plan = plan_shadows(cluster, cfg, now, timers, placing, unplaceable=unschedulable_pods(pending_pods))
     if any(isinstance(a, DeleteShadow) for a in plan.actions):
         plan = confirm_deletions(cfg, client, plan, cluster=cluster, cached=raw, now=now, timers=timers)
-    actions = (*plan.actions, *plan_waiting_events(cluster, unschedulable))
+    actions = (*plan.actions, *plan_waiting_events(cluster, unschedulable), *plan_pending_refusals(cluster))
     return ClusterPass(True, cluster, unschedulable, actions, plan.demand, plan.empty_since, plan.placing)
 
 

@@ -61,7 +61,7 @@ from controller.core.actions import (
 from controller.core.detectors import IdleVerdict
 from controller.core.mapping import MappingCache
 from controller.core.model import Owner, Snapshot, SpotPod
-from controller.core.pod_facts import PodRef
+from controller.core.pod_facts import PodFacts, PodRef
 from gpushare.ids import format_spot_id
 from gpushare.rules import ReturnSignal, return_signal
 
@@ -147,13 +147,20 @@ class _Inputs:
     now: float
     idle_window_s: float
     blocked: str  # why spot may lend nothing on this node ("" when it may)
+    pods: Mapping[str, PodFacts]  # every pod of the snapshot by "<ns>/<name>"
 
     def borrowers_of(self, rids: Iterable[str]) -> list[SpotPod]:
-        """The spot pods holding ``spot-<id>`` of these GPUs and not finished, in pod order."""
+        """The pods holding ``spot-<id>`` of these GPUs and not finished, in pod order.
+
+        kubelet's word makes a borrower, not the pod's role: a pod whose mix of requests the node
+        refuses (``RefusedPod``) is reclaimed with the rest while it is being evicted.
+        """
         found: dict[PodRef, SpotPod] = {}
         for rid in rids:
             for b in self.mapping.borrowers_of(rid):
                 pod = self.spot_by_key.get(b.borrower.key)
+                if pod is None and (facts := self.pods.get(b.borrower.key)) is not None:
+                    pod = SpotPod(facts)
                 if pod is not None and not pod.facts.is_terminal:
                     found[pod.ref] = pod
         return [found[r] for r in sorted(found)]
@@ -399,7 +406,16 @@ def plan_spot(
     real_resources = tuple(real_resources)
     spot_by_key = {p.ref.key: p for p in snapshot.spot_pods}
     inputs = _Inputs(
-        mapping, spot_by_key, verdicts, frozenset(notices), kmod, back_at, now, idle_window_s, lending_blocked
+        mapping,
+        spot_by_key,
+        verdicts,
+        frozenset(notices),
+        kmod,
+        back_at,
+        now,
+        idle_window_s,
+        lending_blocked,
+        snapshot.pods,
     )
     owners = sorted(mapping.owners(snapshot, real_resources), key=lambda o: (o.ref, o.container))
     outcomes = [_step_owner(o, inputs) for o in owners]

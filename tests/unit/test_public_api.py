@@ -71,6 +71,7 @@ EXPECTED = {
         "LendState",
         "NriError",
         "OracleUnavailable",
+        "PodRules",
         "ProtocolError",
         "RpcStatusError",
         "Stub",

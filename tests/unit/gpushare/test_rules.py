@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core.model import is_shadow
+from controller.core.model import is_shadow, refusal_of
 from controller.core.pod_facts import parse_pod
 from deviceplugins.errors import InvalidShadow
 from deviceplugins.policies import ShadowSlots, check_shadows
@@ -134,3 +134,65 @@ def test_the_agents_model_trusts_the_pods_the_rule_does() -> None:
     real = parse_pod(pod("shadow-a", keys.SHADOW_NAMESPACE, labels=SHADOW_LABELS))
     assert not is_shadow(impostor)
     assert is_shadow(real)
+
+
+# -- the mixes of GPU requests (docs/security.md's table; the admission tier checks the policy's words) ----------
+
+SPOT = keys.RESOURCE_SPOT_GPU
+SHARE2 = keys.share_resource(keys.KIND_SHARE, 2)
+SHARE4 = keys.share_resource(keys.KIND_SHARE, 4)
+DEV4 = keys.share_resource(keys.KIND_SHARE_DEV, 4)
+GPU = "nvidia.com/gpu"
+DIND = keys.POD_ANNOTATION_DEVICES_FROM_PREFIX
+
+
+@pytest.mark.parametrize(
+    ("containers", "annotations", "refusal"),
+    [
+        ([("app", [SPOT, SHARE4])], {}, f"asks for {SPOT} and {SHARE4}; a borrower is killed whole"),
+        ([("train", [SPOT]), ("serve", [SHARE4])], {}, f"asks for {SPOT} and {SHARE4};"),
+        ([("a", [SHARE2]), ("b", [SHARE4])], {}, f"asks for {SHARE2} and {SHARE4}; all the slots of a pod"),
+        ([("app", [SHARE4, DEV4])], {}, f"asks for {SHARE4} and {DEV4}; all the slots"),
+        ([("serve", [SHARE4]), ("train", [GPU])], {}, f"asks for {SHARE4} and {GPU}; a sharer is evicted whole"),
+        ([("app", [SPOT]), ("keep", [GPU])], {}, f"asks for {SPOT} and {GPU}; a borrower is killed whole"),
+        (
+            [("main", [SHARE4]), ("dind", [SHARE4])],
+            {DIND + "dind": "main"},
+            f'container "dind" is named by the annotation {DIND}dind and also asks for a GPU resource',
+        ),
+        ([("main", [GPU]), ("dind", [GPU])], {DIND + "dind": "main"}, 'remove the resource from "dind"'),
+        # A resource of another vendor, not in realResources, is not gpushare's to judge.
+        ([("main", [GPU]), ("dind", ["amd.com/gpu"])], {DIND + "dind": "main"}, None),
+        ([("a", [SHARE4]), ("b", [SHARE4])], {}, None),
+        ([("a", [SPOT]), ("b", [SPOT])], {}, None),
+        ([("main", [SHARE4]), ("dind", [])], {DIND + "dind": "main"}, None),
+        ([("main", [SPOT]), ("dind", [])], {DIND + "dind": "_/_/main"}, None),
+        ([("main", [GPU]), ("dind", [])], {DIND + "dind": "main"}, None),
+        ([("app", [GPU, "example.com/nic"])], {}, None),
+    ],
+)
+def test_refused_mix_has_one_outcome_per_row(
+    containers: list[tuple[str, list[str]]], annotations: dict[str, str], refusal: str | None
+) -> None:
+    got = rules.refused_mix("tenant/job", containers, annotations, [GPU])
+    if refusal is None:
+        assert got is None
+    else:
+        assert got is not None and got.startswith("gpushare: pod tenant/job") and refusal in got, got
+
+
+def test_refused_mix_checks_the_rules_in_the_policys_order() -> None:
+    # A pod that breaks two rules gets the first one's words, as the policy gives them.
+    got = rules.refused_mix("t/p", [("a", [SPOT, SHARE2]), ("b", [SHARE4, GPU])], {}, [GPU])
+    assert got is not None and f"asks for {SPOT} and {SHARE2};" in got
+
+
+def test_the_agent_reads_every_container_and_init_container_into_the_rule() -> None:
+    raw = pod("job", "tenant", requests={SHARE4: 1})
+    raw["spec"]["init_containers"] = [
+        {"name": "warmup", "image": "busybox", "resources": {"limits": {SPOT: "1"}}},
+    ]
+
+    got = refusal_of(parse_pod(raw), [GPU])
+    assert got is not None and f"asks for {SPOT} and {SHARE4}" in got
+    assert refusal_of(parse_pod(pod("ok", "tenant", requests={SHARE4: 1})), [GPU]) is None

@@ -188,3 +188,62 @@ def test_without_a_lend_state_spot_is_refused() -> None:
     _two_gpu_owner(inj)
     with pytest.raises(InstructionRefused, match="no lend state"):
         _borrow(inj)
+
+
+# --- the pod's mix of requests, from the agent's pod cache ------------------------------------------
+
+REFUSED = "gpushare: pod team/tenant asks for gpushare/share-gpu-2 and gpushare/share-gpu-4; all the slots"
+
+
+class Rules:
+    """``PodRules``: ``None`` answers "not known yet"; a string is the refusal."""
+
+    def __init__(self, answers: Mapping[str, str | None] | None) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, str, str]] = []
+
+    def refusal(self, namespace: str, name: str, uid: str) -> str | None:
+        self.asked.append((namespace, name, uid))
+        if self.answers is None or f"{namespace}/{name}" not in self.answers:
+            raise OracleUnavailable("the agent's watch of this node's pods has not seen it yet")
+        return self.answers[f"{namespace}/{name}"]
+
+
+def _rules_injector(rules: Rules) -> Injector:
+    oracle = Oracle({"gpushare/share-gpu-2": frozenset({"gpushare-system/shadow-a-0"})})
+    inj = Injector(load_config(None), oracle=oracle, pod_rules=rules)
+    return inj
+
+
+def test_every_container_of_a_refused_pod_is_refused_in_the_policys_words() -> None:
+    refused: list[str] = []
+    rules = Rules({"team/tenant": REFUSED, "gpushare-system/shadow-a": None})
+    inj = Injector(
+        load_config(None),
+        oracle=Oracle({"gpushare/share-gpu-2": frozenset({"gpushare-system/shadow-a-0"})}),
+        pod_rules=rules,
+        on_refusal=refused.append,
+    )
+    _shadow_setup(inj)
+    pod = _pod("tp", "tenant")
+    pod.uid = "u-1"
+    # The sharer's container, and one that gpushare gives nothing (it holds the vendor's GPU itself).
+    for ctr in (_ctr("ct", "app", "tp", dev=False, **ANN), _ctr("cv", "train", "tp")):
+        with pytest.raises(InstructionRefused) as err:
+            inj.create_container(pod, ctr)
+        assert str(err.value).startswith(REFUSED) and "refused on the node" in str(err.value)
+    assert refused == ["mix", "mix"] and ("team", "tenant", "u-1") in rules.asked
+    assert "ct" not in inj.cache.view.containers and "cv" not in inj.cache.view.containers
+
+
+def test_a_pod_not_read_yet_is_refused_only_where_gpushare_would_act() -> None:
+    inj = _rules_injector(Rules({"gpushare-system/shadow-a": None}))
+    _shadow_setup(inj)
+    # Nothing to inject: a lagging cache must not stop it.
+    inj.create_container(_pod("op", "other"), _ctr("co", "main", "op"))
+    with pytest.raises(InstructionRefused, match="cannot check the GPU requests of team/tenant"):
+        inj.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
+    inj2 = _rules_injector(Rules({"gpushare-system/shadow-a": None, "team/tenant": None}))
+    _shadow_setup(inj2)
+    adj = inj2.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
+    assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu0"]

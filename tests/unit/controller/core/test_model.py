@@ -109,9 +109,20 @@ def test_sharer_pool_default_annotation_and_selector() -> None:
     assert str(amd.sharers[0].key.pool) == "amd.com/gpu{m=x}"
 
 
-def test_sharer_asking_two_share_specs_is_refused() -> None:
-    s = snap([pod("two", requests={"gpushare/share-gpu-2": 1, "gpushare/share-gpu-4": 1})])
-    assert s.sharers == () and "exactly one share spec" in s.problems[0]
+def test_a_refused_mix_is_neither_sharer_nor_borrower_and_stays_in_the_snapshot() -> None:
+    s = snap(
+        [
+            pod("two", requests={"gpushare/share-gpu-2": 1, "gpushare/share-gpu-4": 1}),
+            pod("both", requests={keys.RESOURCE_SPOT_GPU: 1, "gpushare/share-gpu-4": 1}),
+        ]
+    )
+    assert s.sharers == () and s.spot_pods == () and s.problems == ()
+    assert [(p.ref.name, p.why.split(";")[0]) for p in s.refused] == [
+        ("both", "gpushare: pod default/both asks for gpushare/spot-gpu and gpushare/share-gpu-4"),
+        ("two", "gpushare: pod default/two asks for gpushare/share-gpu-2 and gpushare/share-gpu-4"),
+    ]
+    # Kept as pods: whatever kubelet gave them still counts as held until they are gone.
+    assert {"default/two", "default/both"} <= set(s.pods)
 
 
 def test_spot_pods_and_owners_are_told_apart() -> None:

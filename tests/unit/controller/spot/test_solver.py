@@ -53,6 +53,7 @@ def world(
     borrower_deleting: bool = False,
     owner_unresolved: bool = False,
     borrower_running: bool = True,
+    borrower_also: dict[str, int] | None = None,
 ) -> tuple[Any, MappingCache]:
     pods: list[dict[str, Any]] = []
     rows = []
@@ -67,7 +68,7 @@ def world(
         rows.append(row("team/owner", "app", "nvidia.com/gpu", *gpus))
     if borrower:
         ids = {"app": "c-job", "side": "c-side"}
-        spot_req = {keys.RESOURCE_SPOT_GPU: 1}
+        spot_req = {keys.RESOURCE_SPOT_GPU: 1, **(borrower_also or {})}
         pods.append(
             pod(
                 "job",
@@ -230,6 +231,17 @@ def test_back_by_kernel_notice_runs_the_return_sequence_in_order() -> None:
     assert kmod_ops(plan) == [("release", PIDNS), ("undetect", PIDNS)]  # no second undetect, no re-detect
     assert plan.back_at == {"GPU-0": NOW}
     assert health(plan)["spot-GPU-0"] is False
+
+
+def test_a_pod_whose_mix_the_node_refuses_is_reclaimed_with_the_borrowers() -> None:
+    # Admitted while the policy only warned: it asks for a share too, so it is no SpotPod, but
+    # kubelet says it holds spot-GPU-0, and that makes it a borrower when the owner comes back.
+    w = world(borrower=True, borrower_also={"gpushare/share-gpu-4": 1})
+    assert w[0].spot_pods == () and [p.ref.key for p in w[0].refused] == ["spot/job"]
+    plan = run(w, idle(), notices=(PIDNS,), kmod=LENT)
+    assert state(plan) == SpotState.BACK
+    assert KillPods((PodToKill(JOB, 2),), REASON_OWNER_BACK) in plan.actions
+    assert evictions(plan) == [("spot/job", REASON_OWNER_BACK)]
 
 
 @pytest.mark.parametrize(
