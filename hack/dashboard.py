@@ -241,7 +241,7 @@ ROWS: tuple[RowSpec, ...] = (
                 "table",
                 "NRI refusals by reason",
                 "Containers refused over the dashboard's time range, by reason (docs/nri.md lists each: "
-                "malformed, forged, conflict, unconfirmed, not-ready, not-shadow, lend-ended, devices-unknown). "
+                "malformed, forged, conflict, unconfirmed, not-ready, not-shadow, lend-ended, devices-unknown, mix). "
                 "The full message is in the pod's CreateContainerError and the agent's log line.",
                 (9, 37, 4, 8),
                 (_t("sum by (reason) (increase(gpushare_nri_refusals_total[$__range]))"),),

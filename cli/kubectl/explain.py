@@ -23,6 +23,7 @@ from typing import Any
 
 from controller.core.actions import REASON_NOT_LENDABLE, REASON_OWNER_BACK, REASON_OWNER_LEFT, REASON_SHADOW_GONE
 from controller.core.pod_facts import PodFacts, parse_pod
+from controller.core.refusals import REASON_POD_UNREADABLE, REASON_REQUESTS_REFUSED
 from controller.errors import InvalidObject
 from controller.share.cluster_view import REASON_SHADOW_UNSCHEDULABLE, unschedulable_message
 from controller.share.served import REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC
@@ -45,10 +46,21 @@ _EVICTION_FIX = {
     "it again; it borrows the next GPU whose owner is away.",
     REASON_NOT_LENDABLE: "the owner of the GPU it borrowed withdrew its consent (the gpushare.k8s.io/lendable "
     "label), which ends the loan. Fix: submit it again; it borrows the next GPU whose owner is away.",
+    REASON_REQUESTS_REFUSED: "its mix of GPU requests is one gpushare refuses (docs/security.md), and the node "
+    "refuses it whether or not the admission policy is on. Fix: split the work into separate pods, each asking one "
+    "kind of GPU.",
+    REASON_POD_UNREADABLE: "a field of it the agent cannot read, while it held a share slot or a lent GPU, so it "
+    "was stopped rather than run where reclaim and the cascade cannot see it. Fix: correct the field (the "
+    "message names it) and create the pod again.",
 }
 
 # NRI refusal messages (nri_plugin/decide.py, gpushare/codecs.py) -> what the tenant does about them.
 _REFUSAL_FIX = (
+    (
+        "refused on the node",
+        "split the work into separate pods, each asking one kind of GPU (a share, spot or whole GPUs); "
+        "gpushare refuses the mix whether or not its admission policy is on",
+    ),
     (
         "also a pod annotation",
         "remove that key from the pod's annotations: gpushare's device plugin writes it on "
@@ -224,7 +236,9 @@ def _pending(
     shadows: Sequence[Mapping[str, Any]],
     docs: Mapping[str, Mapping[str, Any]],
 ) -> Explanation:
-    ours = _latest(events, (REASON_SHADOW_UNSCHEDULABLE, REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC))
+    ours = _latest(
+        events, (REASON_SHADOW_UNSCHEDULABLE, REASON_UNKNOWN_POOL, REASON_UNKNOWN_SPEC, REASON_REQUESTS_REFUSED)
+    )
     if ours is not None:
         return _pending_agent_event(pod_key, ours)
     if facts.is_gated:
@@ -266,6 +280,8 @@ def _pending_agent_event(pod_key: str, ev: Mapping[str, Any]) -> Explanation:
         "or remove it to use the first.",
         REASON_UNKNOWN_SPEC: "ask for a share spec the agents are configured with (shareSpecs, devShareSpecs; "
         "`kubectl gpushare status -o wide` lists what the nodes offer).",
+        REASON_REQUESTS_REFUSED: "delete it and run the work as separate pods, each asking one kind of GPU: a share, "
+        "spot, or whole GPUs.",
     }[reason]
     return Explanation(pod_key, STATE_PENDING, reason, text, fix)
 

@@ -184,6 +184,7 @@ def test_a_container_the_nri_plugin_refused_is_explained_with_its_rule_and_fix()
         ("gpushare: k is also a pod annotation of p", "remove that key"),
         ("gpushare: ... not created yet; kubelet retries", "kubelet retries"),
         ("gpushare: refused: no PodResources oracle", "gpushare doctor"),
+        ("gpushare: pod t/p asks for a and b; ... (container 'x' refused on the node)", "separate pods"),
         ("gpushare: something new", "docs/nri.md"),
     ],
 )
@@ -213,13 +214,22 @@ def test_a_sharer_pending_with_no_shadow_yet_waits_for_the_leader() -> None:
     assert e.reason == "FailedScheduling" and "Lease" in e.explanation and "kubectl gpushare status" in e.fix
 
 
+def test_a_refused_mix_waiting_for_nothing_says_so() -> None:
+    mix = pod("m", requests={keys.RESOURCE_SPOT_GPU: 1, "gpushare/share-gpu-4": 1}, camel=True)
+    ev = _event("GpuRequestsRefused", "gpushare: pod default/m asks for ...; gpushare gives it no GPU on any node")
+    e = explain("default/m", mix, [ev], [], {})
+    assert (e.state, e.reason) == ("Pending", "GpuRequestsRefused") and "separate pods" in e.fix
+
+
 def test_a_borrower_pending_lists_the_spot_states() -> None:
     b = pod("b-1", requests={keys.RESOURCE_SPOT_GPU: 1}, camel=True)
     e = explain("default/b-1", b, [], [], {NODE: _agent_doc()})
     assert "GPU-owner=stolen" in e.explanation and "lendable=true" in e.fix
 
 
-@pytest.mark.parametrize("reason", ["ShadowGone", "OwnerBack", "OwnerLeft", "OwnerNotLendable"])
+@pytest.mark.parametrize(
+    "reason", ["ShadowGone", "OwnerBack", "OwnerLeft", "OwnerNotLendable", "GpuRequestsRefused", "PodUnreadable"]
+)
 def test_an_evicted_pod_is_explained_from_its_event_after_it_is_gone(reason: str) -> None:
     e = explain("default/s-0", None, [_event(reason, f"deleted: {reason}")], [], {})
     assert (e.state, e.reason) == ("Evicted", reason)
