@@ -64,6 +64,8 @@ class AgentSettings:
     kmod: bool = False
     config: Mapping[str, Any] = field(default_factory=dict)
     args: tuple[str, ...] = ("--period", "1")
+    # More values of the Helm chart, set over the ones derived from the above (pod mode only).
+    chart: Mapping[str, Any] = field(default_factory=dict)
 
 
 def config_doc(cluster: Cluster, side: Path, port: int, settings: AgentSettings) -> dict[str, Any]:

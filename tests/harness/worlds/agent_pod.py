@@ -81,6 +81,7 @@ def agent_values(cluster: Cluster, side: Path, port: int, settings: AgentSetting
         "kmod": {"enabled": settings.kmod},
         "spot": {"enabled": settings.spot},
         "config": config,
+        **settings.chart,
     }
 
 

@@ -3,11 +3,12 @@ records and the shadow labels are not the tenant's to write (docs/security.md ha
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
-from gpushare import keys
+from gpushare import keys, rules
 from localcluster.agent import FAKE_RESOURCE
 from localcluster.pods import pod_manifest
 from tests.harness.worlds.agent_pod import NAMESPACE
@@ -123,12 +124,30 @@ def test_each_mix_of_requests_has_one_outcome(
     admission: Admission, manifest: dict[str, Any], fragments: tuple[str, ...]
 ) -> None:
     error = admission.create(admission.tenant, manifest)
+    node = node_refusal(manifest)
     if not fragments:
         assert error == "", error
+        assert node is None, node  # the node runs what the policy admits
         return
     assert f"is invalid: : {DENIED}{TENANT_NS}/mix" in error, error
     for fragment in fragments:
         assert fragment in error, (fragment, error)
+    # The node refuses it too, when the policy is off or only warns, and in the policy's words.
+    assert node is not None, manifest
+    head, words = node.split("; ", 1)
+    assert words in error, (words, error)
+    assert all(r in error for r in re.findall(r"\S+/\S+", head.split(" asks for ", 1)[-1])), (head, error)
+
+
+def node_refusal(manifest: dict[str, Any]) -> str | None:
+    """What the node's rule says of this pod, as the agent reads it (every container, init ones too)."""
+    spec = manifest["spec"]
+    containers = [
+        (c["name"], list((c.get("resources") or {}).get("limits") or {}))
+        for c in (*spec["containers"], *spec.get("initContainers", ()))
+    ]
+    pod = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+    return rules.refused_mix(pod, containers, manifest["metadata"].get("annotations") or {}, [REAL])
 
 
 OWNER_RECORD = '{"gpushare-system/shadow-x":"0b4c1d0e-0000-4000-8000-000000000000"}'
