@@ -58,14 +58,19 @@ _SHARE_PREFIXES = (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_P
 
 
 def refused_mix(
-    pod: str, containers: Sequence[ContainerAsk], annotations: Mapping[str, str], real_resources: Collection[str]
+    pod: str,
+    containers: Sequence[ContainerAsk],
+    annotations: Mapping[str, str],
+    real_resources: Collection[str],
+    init_containers: Collection[str] = (),
 ) -> str | None:
     """Why gpushare refuses this pod's mix of GPU requests, in the admission policy's own words;
     None when it may run.
 
     ``pod``: ``<namespace>/<name>`` for the message; ``containers``: the app containers, then the
     init containers (they hold their devices for the pod's life too); ``real_resources``: the
-    configuration's vendor resources. The node enforces what the policy ``gpushare-pods`` refuses
+    configuration's vendor resources; ``init_containers``: the names of the init containers that
+    are not sidecars (no ``restartPolicy: Always``). The node enforces what the policy ``gpushare-pods`` refuses
     at creation, because the policy may be off or only warn: a sharer's shadows, a borrower's
     reclaim and a whole GPU's tenant each assume a pod is exactly one of them.
     """
@@ -106,6 +111,16 @@ def refused_mix(
                 f'gpushare: pod {pod}: container "{name}" is named by the annotation {prefix}{name} and also asks '
                 "for a GPU resource; a Docker-in-Docker target gets its GPU from its source container only: "
                 f'remove the resource from "{name}" or the annotation'
+            )
+    # kubelet's PodResources lists app containers and sidecars only, and the NRI plugin gives a
+    # container a shadow's or a lent GPU only when kubelet confirms the allocation.
+    for name, resources in containers:
+        ours = next((r for r in resources if is_gpushare_resource(r)), None)
+        if name in init_containers and ours is not None:
+            return (
+                f'gpushare: pod {pod}: init container "{name}" asks for {ours}; kubelet does not report the devices '
+                "of init containers that are not sidecars, so gpushare cannot confirm them and the container would "
+                f'never start: ask for it in an app container, or make "{name}" a sidecar (restartPolicy: Always)'
             )
     return None
 

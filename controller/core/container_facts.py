@@ -21,6 +21,13 @@ _MAX_DIGITS = len(str(_MAX_QUANTITY))
 # a share spec. "1" and "01" both read as 1, as int() reads them; only the canonical text is here.
 SMALL_NUMBERS: dict[str, int] = {str(n): n for n in range(1025)}
 
+# When a container holds its devices, as Kubernetes counts a pod's requests: app containers and
+# sidecars (init containers with restartPolicy Always) together, an init container only while it
+# runs, before the app containers start.
+CONTAINER_APP = "app"
+CONTAINER_INIT = "init"
+CONTAINER_SIDECAR = "sidecar"
+
 _STATUS_FIELDS = (("container_statuses", "containerStatuses"), ("init_container_statuses", "initContainerStatuses"))
 _CONTAINER_FIELDS = (("containers", "containers"), ("init_containers", "initContainers"))
 
@@ -88,6 +95,7 @@ class ContainerFacts(NamedTuple):
     container_id: str  # runtime ID without the "containerd://" scheme; "" before it starts
     # kubelet reports it running (status.state.running); spot's killer must then find its tasks.
     is_running: bool = False
+    kind: str = "app"  # CONTAINER_APP, CONTAINER_INIT or CONTAINER_SIDECAR: when it holds what it asks
 
     def quantity(self, resource: str) -> int:
         return sum(q for r, q in self.resources if r == resource)
@@ -182,8 +190,8 @@ class ReadCache:
     __slots__ = ("containers",)
 
     def __init__(self) -> None:
-        # (name, device requests, running) -> facts of a container not started yet
-        self.containers: dict[tuple[str, _Resources, bool], ContainerFacts] = {}
+        # (name, device requests, running, kind) -> facts of a container not started yet
+        self.containers: dict[tuple[str, _Resources, bool, str], ContainerFacts] = {}
 
 
 def read_containers(
@@ -202,21 +210,36 @@ def read_containers(
                     break
         else:
             listed = objects(spec, "spec", pod, field_snake, field_camel)
+        is_init = field_snake == "init_containers"
         for c in listed:
             name = c.get("name")
             if not isinstance(name, str) or not name:
                 raise InvalidObject(f"gpushare: pod {pod}: a container has no name", field="spec.containers")
             wanted = _device_requests(c, name, pod)
+            kind = CONTAINER_APP
+            if is_init:
+                policy = c.get("restart_policy") or c.get("restartPolicy")
+                kind = CONTAINER_SIDECAR if policy == "Always" else CONTAINER_INIT
             cid = ids.get(name, "")
             if cache is None or cid:  # a started container's ID is its own: nothing to share
-                out.append(_new(ContainerFacts, (name, wanted, cid, name in running)))
+                out.append(_new(ContainerFacts, (name, wanted, cid, name in running, kind)))
                 continue
-            key = (name, wanted, name in running)
+            key = (name, wanted, name in running, kind)
             facts = cache.containers.get(key)
             if facts is None:
-                facts = cache.containers[key] = _new(ContainerFacts, (name, wanted, cid, name in running))
+                facts = cache.containers[key] = _new(ContainerFacts, (name, wanted, cid, name in running, kind))
             out.append(facts)
     return tuple(out)
 
 
-__all__ = ["ContainerFacts", "ReadCache", "is_object", "is_vendor_resource", "objects", "read_containers"]
+__all__ = [
+    "CONTAINER_APP",
+    "CONTAINER_INIT",
+    "CONTAINER_SIDECAR",
+    "ContainerFacts",
+    "ReadCache",
+    "is_object",
+    "is_vendor_resource",
+    "objects",
+    "read_containers",
+]

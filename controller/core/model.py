@@ -23,7 +23,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from controller.core.container_facts import SMALL_NUMBERS
+from controller.core.container_facts import CONTAINER_INIT, SMALL_NUMBERS
 from controller.core.pod_facts import (
     PHASE_RUNNING,
     PodFacts,
@@ -51,7 +51,12 @@ _SHARE_PREFIXES = (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_P
 
 
 def _share_request(facts: PodFacts) -> tuple[str, int, int] | None:
-    """(kind, N, quantity) of the one share resource a pod asks for, or None."""
+    """(kind, N, quantity) of the one share resource a pod asks for, or None.
+
+    The quantity is the sum over its containers: app containers and sidecars run side by side.
+    An init container that is not a sidecar never asks for slots here: such a pod is refused
+    (``rules.refused_mix``), since kubelet does not report what it holds.
+    """
     found: dict[tuple[str, int], int] = {}
     for c in facts.containers:
         for resource, qty in c.resources:
@@ -216,7 +221,8 @@ def refusal_of(facts: PodFacts, real_resources: Collection[str]) -> str | None:
     if not any(c.resources for c in containers):
         return None  # most pods ask for no device at all: nothing to mix
     asks = [(c.name, [r for r, _ in c.resources]) for c in containers]
-    return rules.refused_mix(facts.ref.key, asks, facts.annotations, real_resources)
+    inits = [c.name for c in containers if c.kind == CONTAINER_INIT]
+    return rules.refused_mix(facts.ref.key, asks, facts.annotations, real_resources, inits)
 
 
 class SpotPod(NamedTuple):

@@ -17,7 +17,13 @@ from typing import Any, Protocol
 from controller.core.actions import Action, DeleteShadow
 from controller.core.model import Snapshot, SnapshotMemo, build_snapshot
 from controller.core.refusals import plan_pending_refusals
-from controller.share.cluster_view import merge_pods, plan_waiting_events, unschedulable_pods, unschedulable_shadows
+from controller.share.cluster_view import (
+    blocked_elsewhere,
+    merge_pods,
+    plan_waiting_events,
+    unschedulable_pods,
+    unschedulable_shadows,
+)
 from controller.share.placing import Placing, Seen
 from controller.share.solver import KeyDemand, ShadowPlan, plan_shadows
 from gpushare import keys, rules
@@ -68,7 +74,15 @@ def plan_cluster(
     raw = merge_pods(node_pods, pending_pods, shadow_pods)
     unschedulable = unschedulable_shadows(shadow_pods)
     cluster = build_snapshot(raw, cfg, memo=memo)
-    plan = plan_shadows(cluster, cfg, now, timers, placing, unplaceable=unschedulable_pods(pending_pods))
+    plan = plan_shadows(
+        cluster,
+        cfg,
+        now,
+        timers,
+        placing,
+        unplaceable=unschedulable_pods(pending_pods),
+        blocked=blocked_elsewhere(pending_pods),
+    )
     if any(isinstance(a, DeleteShadow) for a in plan.actions):
         plan = confirm_deletions(cfg, client, plan, cluster=cluster, cached=raw, now=now, timers=timers)
     actions = (*plan.actions, *plan_waiting_events(cluster, unschedulable), *plan_pending_refusals(cluster))
@@ -104,9 +118,14 @@ def confirm_deletions(
     except GpushareError as exc:
         log.warning("cannot confirm idle shadows; not deleting this pass", extra=kv(reason=str(exc)))
         return dataclasses.replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, DeleteShadow)))
-    unplaceable = unschedulable_pods(fresh[0])
     again = plan_shadows(
-        build_snapshot(merge_pods(cached, *fresh), cfg), cfg, now, timers, plan.placing, unplaceable=unplaceable
+        build_snapshot(merge_pods(cached, *fresh), cfg),
+        cfg,
+        now,
+        timers,
+        plan.placing,
+        unplaceable=unschedulable_pods(fresh[0]),
+        blocked=blocked_elsewhere(fresh[0]),
     )
     confirmed = {a for a in again.actions if isinstance(a, DeleteShadow)}
     for a in plan.actions:

@@ -4,6 +4,7 @@ which shadows the scheduler cannot place, and the Warning a sharer waiting on th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -59,6 +60,41 @@ def unschedulable_pods(pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:
         if unschedulable_message(pod):
             meta = pod.get("metadata") or {}
             out.add(f"{meta.get('namespace')}/{meta.get('name')}")
+    return frozenset(out)
+
+
+# One reason of the scheduler's verdict that counts nodes short of a resource: "2 Insufficient cpu".
+_INSUFFICIENT = re.compile(r"(\d+) Insufficient ([^\s,]+)")
+_SHARE_PREFIXES = (keys.RESOURCE_SHARE_GPU_PREFIX, keys.RESOURCE_SHARE_DEV_GPU_PREFIX)
+
+
+def blocked_elsewhere(pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """``ns/name`` of each pending pod the scheduler cannot place for reasons a shadow cannot cure.
+
+    The scheduler's message counts, per reason, the nodes that refused the pod: ``0/3 nodes are
+    available: 1 Insufficient cpu, 2 Insufficient gpushare/share-gpu-4, 1 node(s) didn't match
+    Pod's node affinity/selector. preemption: ...``. A node fails at its first failing filter, and
+    only the resource-fit filter names several reasons for one node, so at least ``(nodes short of
+    share slots) - (nodes short of anything else)`` nodes lack nothing but slots. When that is not
+    above zero, no node is one a new shadow would open: the pod (too much CPU, a nodeSelector or a
+    taint nothing matches) would keep whole GPUs in shadows it never uses.
+    """
+    out: set[str] = set()
+    for pod in pods:
+        message = unschedulable_message(pod)
+        if not message:
+            continue  # not answered yet: it may be placed as soon as a slot exists
+        verdict = message.split(" preemption:", 1)[0]
+        share = other = 0
+        for count, resource in _INSUFFICIENT.findall(verdict):
+            if resource.rstrip(".").startswith(_SHARE_PREFIXES):
+                share += int(count)
+            else:
+                other += int(count)
+        if share > other:
+            continue
+        meta = pod.get("metadata") or {}
+        out.add(f"{meta.get('namespace')}/{meta.get('name')}")
     return frozenset(out)
 
 

@@ -135,7 +135,7 @@ class _Demand:
     _ordinals: dict[str, set[int]] | None = None
 
     @classmethod
-    def of(cls, snapshot: Snapshot) -> _Demand:
+    def of(cls, snapshot: Snapshot, blocked: Collection[str] = frozenset()) -> _Demand:
         """Slots used per alive shadow uid: its users record, plus bound sharers not yet recorded.
 
         A sharer bound to a node but absent from every shadow's users record has just been
@@ -177,7 +177,7 @@ class _Demand:
                 # Named in a users record, it is bound and admitted, and its slot is counted there:
                 # the pending watch has not caught up with the shadows' (two watches keep no
                 # order between them). Counted as asked too, it would make one shadow too many.
-                if sharer.facts.ref.key not in recorded:
+                if sharer.facts.ref.key not in recorded and sharer.facts.ref.key not in blocked:
                     pending.setdefault(sharer.key, []).append(sharer)
             elif sharer.holds_slots and sharer.facts.ref.key not in recorded:
                 _count_unrecorded(sharer, by_node.get((sharer.node_name, sharer.key.kind, sharer.key.spec), ()), used)
@@ -217,14 +217,17 @@ def plan_shadows(
     placing: Placing | None = None,
     *,
     unplaceable: Collection[str] = frozenset(),
+    blocked: Collection[str] = frozenset(),
 ) -> ShadowPlan:
     """Cluster-wide shadow demand (leader only). ``snapshot`` must hold the cluster's sharers and shadows.
 
     ``placing``: the previous plan's; a sharer that left the pending view since still takes a slot
     until its node records it (controller/share/placing.py). ``unplaceable``: pending pods the scheduler
-    cannot place; any other pending sharer holds its key's drains (controller/share/shadow_drain.py)."""
+    cannot place; any other pending sharer holds its key's drains (controller/share/shadow_drain.py).
+    ``blocked``: pending pods the scheduler cannot place for reasons a shadow cannot cure
+    (``cluster_view.blocked_elsewhere``): they ask for no shadow."""
     configured = configured_specs(cfg)
-    index = _Demand.of(snapshot)
+    index = _Demand.of(snapshot, blocked)
     used = index.used
     placed = track_placing(placing or {}, snapshot.sharers, index.recorded, now)
     taken_unseen = placing_slots(placed)

@@ -114,7 +114,10 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any], pod: str) ->
                     if r.startswith(keys.RESOURCE_PREFIX) or is_vendor_resource(r)
                 )
             )
-            out.append(ContainerFacts(name, wanted, ids.get(name, ""), name in running))
+            kind = "app"
+            if snake == "init_containers":
+                kind = "sidecar" if (c.get("restart_policy") or c.get("restartPolicy")) == "Always" else "init"
+            out.append(ContainerFacts(name, wanted, ids.get(name, ""), name in running, kind))
     return tuple(out)
 
 
@@ -207,7 +210,13 @@ def _refusals(key: ShareKey, cfg: Config, pending: list[SharePod]) -> list[Actio
 
 
 def plan_shadows(
-    snapshot: Snapshot, cfg: Config, now: float, empty_since: Mapping[str, float], unplaceable: Collection[str] = ()
+    snapshot: Snapshot,
+    cfg: Config,
+    now: float,
+    empty_since: Mapping[str, float],
+    *,
+    unplaceable: Collection[str] = (),
+    blocked: Collection[str] = (),
 ) -> ShadowPlan:
     """The demand rule of docs/controller.md, one key at a time, scanning every pod for each.
 
@@ -218,7 +227,9 @@ def plan_shadows(
     used = _used_slots(snapshot)
     warm = {ShareKey(Pool(cfg.real_resources[0]), k, n) for k, n in configured} if cfg.warm_shadows else set()
     recorded = {user.rsplit("/", 1)[0] for s in snapshot.shadows for user in s.users or ()}
-    waiting = [p for p in snapshot.sharers if p.is_pending and p.ref.key not in recorded]  # a record: bound
+    waiting = [  # a record: bound; blocked: no shadow would get it placed
+        p for p in snapshot.sharers if p.is_pending and p.ref.key not in recorded and p.ref.key not in blocked
+    ]
     in_use = {s.key for s in snapshot.shadows if s.facts.is_alive} | {p.key for p in waiting}
     actions: list[Action] = []
     new_empty: dict[str, float] = {}

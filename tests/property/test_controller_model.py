@@ -216,11 +216,12 @@ def test_leader_plan_matches_the_straightforward_reference(
     timers = {s.ref.uid: data.draw(started) for s in snap.shadows if data.draw(st.booleans())}
     pending = sorted(p.ref.key for p in snap.sharers if p.is_pending)
     unplaceable = data.draw(st.sets(st.sampled_from(pending))) if pending else set()
-    plan = plan_shadows(snap, cfg, 100.0, timers, unplaceable=unplaceable)
+    blocked = data.draw(st.sets(st.sampled_from(sorted(unplaceable)))) if unplaceable else set()
+    plan = plan_shadows(snap, cfg, 100.0, timers, unplaceable=unplaceable, blocked=blocked)
     # With no sharer seen before, the memory of sharers on their way is just the pending ones
     # (controller/share/placing.py; its rule is unit-tested in tests/unit/controller/share/test_placing.py).
     assert plan.placing == {p.ref.key: Seen(p.key, p.quantity, since=100.0) for p in snap.sharers if p.is_pending}
-    expected = reference.plan_shadows(snap, cfg, 100.0, timers, unplaceable)
+    expected = reference.plan_shadows(snap, cfg, 100.0, timers, unplaceable=unplaceable, blocked=blocked)
     assert dataclasses.replace(plan, placing={}) == expected
     assert plan_waiting_events(snap, unschedulable) == reference.plan_waiting_events(snap, unschedulable)
 

@@ -196,3 +196,15 @@ def test_the_agent_reads_every_container_and_init_container_into_the_rule() -> N
     got = refusal_of(parse_pod(raw), [GPU])
     assert got is not None and f"asks for {SPOT} and {SHARE4}" in got
     assert refusal_of(parse_pod(pod("ok", "tenant", requests={SHARE4: 1})), [GPU]) is None
+
+
+def test_an_init_container_asking_for_a_gpushare_resource_is_refused_a_sidecar_is_not() -> None:
+    containers = [("app", [SHARE4]), ("warmup", [SHARE4])]
+    got = rules.refused_mix("t/p", containers, {}, [GPU], init_containers=["warmup"])
+    assert got is not None and 'init container "warmup" asks for gpushare/share-gpu-4' in got
+    assert "restartPolicy: Always" in got
+    assert rules.refused_mix("t/p", containers, {}, [GPU]) is None  # "warmup" a sidecar
+    # The vendor's own GPU in an init container is the vendor's business.
+    assert rules.refused_mix("t/p", [("app", []), ("warmup", [GPU])], {}, [GPU], init_containers=["warmup"]) is None
+    spot = rules.refused_mix("t/p", [("app", []), ("warmup", [SPOT])], {}, [GPU], init_containers=["warmup"])
+    assert spot is not None and f"asks for {SPOT}" in spot

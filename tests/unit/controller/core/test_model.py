@@ -146,3 +146,22 @@ def test_mapping_annotations_round_trip_and_damage_reads_as_no_record() -> None:
     for damaged in ("{", "[1]", '{"a": 3}', ""):
         assert parse_users_annotation(damaged) == {}
         assert parse_owner_annotation(damaged) == {}
+
+
+def test_sidecars_slots_add_to_the_app_containers_and_an_init_containers_are_refused() -> None:
+    def with_init(name: str, qty: int, *, sidecar: bool) -> dict[str, object]:
+        raw = sharer("s", 4, qty=1)
+        raw["spec"]["init_containers"] = [
+            {
+                "name": name,
+                "image": "busybox",
+                **({"restart_policy": "Always"} if sidecar else {}),
+                "resources": {"limits": {"gpushare/share-gpu-4": str(qty)}},
+            }
+        ]
+        return raw
+
+    (s,) = snap([with_init("proxy", 1, sidecar=True)]).sharers
+    assert s.quantity == 2  # a sidecar runs beside the app container
+    refused = snap([with_init("warmup", 3, sidecar=False)])
+    assert refused.sharers == () and 'init container "warmup"' in refused.refused[0].why

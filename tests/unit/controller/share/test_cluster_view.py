@@ -5,6 +5,7 @@ from __future__ import annotations
 from controller.core.model import build_snapshot
 from controller.share.cluster_view import (
     REASON_SHADOW_UNSCHEDULABLE,
+    blocked_elsewhere,
     merge_pods,
     plan_waiting_events,
     unschedulable_message,
@@ -30,6 +31,61 @@ def test_unschedulable_message_only_for_pending_pods_the_scheduler_refused() -> 
     assert "Insufficient" in unschedulable_message(pod("s", conditions=UNSCHED))
     assert unschedulable_message(pod("s")) == ""
     assert unschedulable_message(pod("s", phase="Running", conditions=UNSCHED)) == ""
+
+
+def test_blocked_elsewhere_names_pods_no_node_refused_for_share_slots() -> None:
+    def said(message: str) -> list[dict[str, object]]:
+        return [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+
+    pods = [
+        pod(
+            "selector",
+            conditions=said(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+                "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+            ),
+        ),
+        pod(
+            "cpu",
+            conditions=said(
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: "
+                "1 No preemption victims found for incoming pod."
+            ),
+        ),
+        pod(
+            "slots",
+            conditions=said(
+                "0/3 nodes are available: 1 Insufficient gpushare/share-gpu-4, 2 node(s) had "
+                "untolerated taint {gpu: x}. preemption: 0/3 nodes are available: 3 Insufficient gpushare/share-gpu-4."
+            ),
+        ),
+        pod("dev", conditions=said("0/1 nodes are available: 1 Insufficient gpushare/share-dev-gpu-2.")),
+        pod("later"),  # not answered yet
+        # Its one node is short of CPU as well as slots: a shadow would not place it.
+        pod(
+            "both",
+            conditions=said(
+                "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient "
+                "gpushare/share-gpu-4. preemption: 0/1 nodes are available: 1 No preemption victims found."
+            ),
+        ),
+        # Two nodes short of slots, one of CPU: at least one lacks only slots.
+        pod(
+            "some",
+            conditions=said(
+                "0/2 nodes are available: 1 Insufficient example.com/cpu-ish, 2 Insufficient gpushare/share-gpu-4."
+            ),
+        ),
+        # Only the preemption part names the slots: no node refused it for them.
+        pod(
+            "taint",
+            conditions=said(
+                "0/1 nodes are available: 1 node(s) had untolerated taint {x: y}. "
+                "preemption: 0/1 nodes are available: 1 Insufficient gpushare/share-gpu-4."
+            ),
+        ),
+    ]
+    assert blocked_elsewhere(pods) == {"default/selector", "default/cpu", "default/taint", "default/both"}
 
 
 def test_unschedulable_shadows_names_only_shadows_the_scheduler_refused() -> None:

@@ -112,6 +112,13 @@ def test_warm_pool_covers_every_configured_spec_of_the_default_pool() -> None:
     assert plan_shadows(snap([]), CFG, NOW, {}).actions == ()  # warmShadows 0: nothing at rest
 
 
+def test_a_sharer_no_shadow_would_get_placed_asks_for_none_and_holds_no_drain() -> None:
+    # The scheduler refused it for its nodeSelector: a shadow holding a whole GPU would never be used.
+    plan = plan_shadows(snap([sharer("lost")]), CFG, NOW, {}, unplaceable={"default/lost"}, blocked={"default/lost"})
+    assert creates(plan.actions) == []
+    assert creates(plan_shadows(snap([sharer("lost")]), CFG, NOW, {}).actions) != []
+
+
 def test_quantity_counts_slots_not_pods() -> None:
     plan = plan_shadows(snap([sharer("big", 4, qty=3), sharer("small", 4, qty=2)]), CFG, NOW, {})
     assert len(creates(plan.actions)) == 2  # 5 slots of N=4

@@ -1,0 +1,98 @@
+"""Demand the scheduler will never place makes no shadow; init containers and sidecars asking slots.
+
+On the live node (real scheduler, kubelet and the agent as the DaemonSet's pod, two fake GPUs):
+
+- a sharer that also asks for more CPU than the node has is answered by the scheduler with
+  ``Insufficient cpu`` beside the share resource: no shadow would place it, so from that answer
+  on the leader makes none and keeps none, and no GPU is held for it;
+- slots asked in a sidecar (an init container with ``restartPolicy: Always``) are served beside
+  the app container's, from one shadow;
+- slots asked in a plain init container could never start (kubelet's PodResources does not list
+  init containers, so the NRI plugin cannot confirm them): the pod is told why, and no shadow is
+  made for it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpushare import keys
+from localcluster.pods import sharer
+from tests.integration.e2e.conftest import Env
+
+SHARE4 = keys.share_resource(keys.KIND_SHARE, 4)
+
+
+def _scheduler_answered(e: Env, name: str) -> str:
+    pod = e.cluster.pod(name, "default") or {}
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message", ""))
+    return ""
+
+
+def _phase(e: Env, name: str) -> str:
+    return str(((e.cluster.pod(name, "default") or {}).get("status") or {}).get("phase", ""))
+
+
+def _watch_shadows(e: Env, seconds: float) -> int:
+    """The most shadows alive at once over ``seconds``, read every 0.3 s."""
+    most = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        most = max(most, len([s for s in e.shadows() if not s["metadata"].get("deletionTimestamp")]))
+        time.sleep(0.3)
+    return most
+
+
+def test_a_sharer_short_of_cpu_everywhere_gets_no_shadow(e2e: Env) -> None:
+    greedy = sharer("greedy")
+    greedy["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10000", SHARE4: "1"}
+    e2e.apply(greedy)
+    e2e.wait("the scheduler's answer", lambda: "Insufficient cpu" in _scheduler_answered(e2e, "greedy"), 30)
+    # The leader may have made a shadow before the scheduler first answered; from that answer on the
+    # sharer asks for none, so an empty one idles out like any other, and none is made again.
+    e2e.wait("no shadow left", lambda: not e2e.shadows(), 30)
+    passes = e2e.agent.status()["passes"]
+    most = _watch_shadows(e2e, 8.0)
+    assert e2e.agent.status()["passes"] >= passes + 3, "the agent did not reconcile meanwhile"
+    assert most == 0, f"{most} shadow(s) made for a pod no shadow can place: {_scheduler_answered(e2e, 'greedy')}"
+
+
+def _staged(*, sidecar: bool) -> dict[str, Any]:
+    pod: dict[str, Any] = sharer("staged")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {SHARE4: "2"}}
+    init = dict(pod["spec"]["containers"][0], name="helper")
+    if sidecar:
+        init["restartPolicy"] = "Always"
+    else:
+        init["command"] = ["sh", "-c", "true"]
+    init["resources"] = {"limits": {SHARE4: "2"}}
+    pod["spec"]["initContainers"] = [init]
+    return pod
+
+
+def test_a_sidecars_slots_are_served_beside_the_app_containers(e2e: Env) -> None:
+    e2e.apply(_staged(sidecar=True))
+    try:
+        e2e.wait("the sharer running", lambda: _phase(e2e, "staged") == "Running", 60)
+    except AssertionError as exc:
+        described = e2e.cluster.kubectl("describe", "pod", "staged", "-n", "default", check=False).stdout
+        raise AssertionError(f"{described[-4000:]}\n{exc}") from None
+    assert len(e2e.shadows()) == 1  # 2 + 2 slots of one shadow of 4
+
+
+def test_an_init_container_asking_for_slots_is_told_why_and_holds_no_gpu(e2e: Env) -> None:
+    # kubelet does not report what a plain init container holds, so gpushare could never confirm
+    # its slots and the container would wait forever: the pod is refused, and no shadow is made.
+    e2e.apply(_staged(sidecar=False))
+    refusal = "GpuRequestsRefused"
+
+    def told() -> bool:
+        return any(ev["reason"] == refusal for ev in e2e.events("staged"))
+
+    e2e.wait("the refusal", told, 30)
+    message = next(ev["message"] for ev in e2e.events("staged") if ev["reason"] == refusal)
+    assert 'init container "helper" asks for gpushare/share-gpu-4' in message and "sidecar" in message
+    assert _watch_shadows(e2e, 5.0) == 0
