@@ -22,7 +22,7 @@ The pod cache built on the watch is ``controller.io.pod_cache``; the Lease elect
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -36,6 +36,10 @@ from controller.errors import ApiUnavailable, KubeError, ResourceExpired
 from controller.io import node_status
 
 COMPONENT = "gpushare"
+# Pods per LIST page. At the largest object the API server stores (~1.5 MB) a page is ~40 MB of
+# JSON, and the page and its parse are what a LIST holds at once, well under the agent's memory
+# limit; at a typical pod's few kB, 10,000 pending pods are 400 round trips of a few ms.
+LIST_PAGE = 25
 _STREAM_CHUNK = 64 * 1024
 
 
@@ -140,12 +144,30 @@ class KubeClient:
         return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods" if namespace else "/api/v1/pods"
 
     def list_pods(
-        self, *, namespace: str | None = None, label_selector: str | None = None, field_selector: str | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        """All matching pods and the list's resourceVersion (to start a watch from)."""
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        _, doc = self._call("GET", self._pods_path(namespace), query=query)
-        return list(doc.get("items") or []), str(doc["metadata"].get("resourceVersion", ""))
+        """All matching pods and the list's resourceVersion (to start a watch from).
+
+        Read ``LIST_PAGE`` pods at a time, each passed through ``each`` (a cache's trim) as its
+        page arrives: a list of pods as large as tenants can make them never sits in memory whole.
+        """
+        query: dict[str, Any] = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": LIST_PAGE}
+        items: list[dict[str, Any]] = []
+        while True:
+            _, doc = self._call("GET", self._pods_path(namespace), query=query)
+            page = doc.get("items") or []
+            items.extend(page if each is None else map(each, page))
+            meta = doc.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+            # Every page is served from the first page's snapshot; its token expires after a few minutes.
+            query = {**query, "continue": token}
 
     def watch_pods(
         self,

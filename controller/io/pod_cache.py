@@ -1,9 +1,10 @@
 """A list+watch cache of pods with a periodic full resync: a watch can go silent without an error.
 
 ``PodCache`` lists in full at start, after a 410 and every ``resync_s``, and watches in
-between; ``view()`` hands one reconcile pass the pods, whether a full LIST refreshed them
-since the last pass and which pods a watch saw deleted (what ``Snapshot`` needs to trust
-the *absence* of a shadow).
+between, keeping of each pod only what the agent reads (``controller.core.pod_trim``);
+``view()`` hands one reconcile pass the pods, whether a full LIST refreshed them since the
+last pass and which pods a watch saw deleted (what ``Snapshot`` needs to trust the *absence*
+of a shadow).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.core.pod_facts import PodRef
+from controller.core.pod_trim import trim_pod
 from controller.io.kube_client import KubeClient, WatchEvent
 from controller.io.list_watch import ListWatchLoop
 from gpushare.log import kv
@@ -82,7 +84,7 @@ class PodCache(ListWatchLoop):
         self._assumed: dict[str, float] = {}  # pod key -> when ``assume`` put it in, until the watch confirms
 
     def relist(self) -> None:
-        items, rv = self._client.list_pods(**self._selectors)
+        items, rv = self._client.list_pods(**self._selectors, each=trim_pod)
         with self._lock:
             self._pods = {_ref(p).key: p for p in items}
             self._deleted.clear()
@@ -108,7 +110,7 @@ class PodCache(ListWatchLoop):
                 self._pods.pop(ref.key, None)
                 self._deleted.add(ref)
             else:
-                self._pods[ref.key] = event.obj
+                self._pods[ref.key] = trim_pod(event.obj)
         self._on_change()
 
     def watch_once(self, stop: threading.Event, timeout_s: int | None = None) -> None:
@@ -134,7 +136,7 @@ class PodCache(ListWatchLoop):
             return
         with self._lock:
             if self._synced and ref.key not in self._pods and ref not in self._deleted:
-                self._pods[ref.key] = pod
+                self._pods[ref.key] = trim_pod(pod)
                 self._assumed[ref.key] = self._clock()
 
     def _drop_stale_assumed(self) -> None:

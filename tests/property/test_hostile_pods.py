@@ -110,11 +110,13 @@ garbage = st.one_of(st.none(), st.integers(), st.text(max_size=4), st.lists(st.i
 @st.composite
 def container(draw: st.DrawFn, name: str) -> dict[str, Any]:
     requests = draw(st.dictionaries(resource, quantity, max_size=2))
+    restart = draw(st.sampled_from([None, "Always", "OnFailure"]))
     return {
         "name": name,
         "image": "busybox",
         "env": [{"name": n, "value": v} for n, v in draw(st.lists(st.tuples(visibility, value), max_size=2))],
         "resources": {draw(st.sampled_from(["requests", "limits"])): requests},
+        **({"restartPolicy": restart} if restart else {}),
     }
 
 

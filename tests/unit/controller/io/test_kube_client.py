@@ -1,11 +1,13 @@
-"""KubeClient's pure parts: API errors become ours, and a bad watch line ends the watch."""
+"""KubeClient's pure parts: API errors become ours, a bad watch line ends the watch, LISTs come in pages."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from controller.errors import ApiUnavailable, KubeError, ResourceExpired, RetryLater
-from controller.io.kube_client import _translate, _watch_event
+from controller.io.kube_client import LIST_PAGE, KubeClient, _translate, _watch_event
 
 
 def test_rbac_denials_point_at_the_rbac_manifest() -> None:
@@ -42,3 +44,30 @@ def test_api_errors_become_ours(status: int, kind: type[KubeError], needle: str)
 def test_bad_watch_lines_end_the_watch_with_our_error(line: bytes, error: type[KubeError]) -> None:
     with pytest.raises(error, match=r"^gpushare: WATCH"):
         _watch_event(line, "WATCH /api/v1/pods")
+
+
+def test_list_pods_reads_page_by_page_and_trims_each_page_as_it_comes() -> None:
+    pages = [
+        {"metadata": {"continue": "t1", "resourceVersion": "7"}, "items": [{"n": 1}, {"n": 2}]},
+        {"metadata": {"continue": "t2", "resourceVersion": "7"}, "items": [{"n": 3}]},
+        {"metadata": {"resourceVersion": "7"}, "items": []},
+    ]
+    asked: list[dict[str, Any]] = []
+    seen_when: list[int] = []
+
+    def call(method: str, path: str, *, query: dict[str, Any]) -> tuple[int, Any]:
+        asked.append(dict(query))
+        return 200, pages[len(asked) - 1]
+
+    client = object.__new__(KubeClient)
+    client._call = call  # type: ignore[method-assign,assignment]
+
+    def each(pod: dict[str, Any]) -> dict[str, Any]:
+        seen_when.append(len(asked))
+        return {"trimmed": pod["n"]}
+
+    items, rv = client.list_pods(field_selector="spec.nodeName=", each=each)
+    assert items == [{"trimmed": 1}, {"trimmed": 2}, {"trimmed": 3}] and rv == "7"
+    assert [q.get("continue") for q in asked] == [None, "t1", "t2"]
+    assert all(q["limit"] == LIST_PAGE and q["fieldSelector"] == "spec.nodeName=" for q in asked)
+    assert seen_when == [1, 1, 2]  # each page trimmed before the next is asked for

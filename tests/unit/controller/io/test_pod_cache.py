@@ -125,3 +125,21 @@ def test_an_assumed_pod_never_overrides_the_watch_and_lapses_unconfirmed() -> No
     cache.assume(pod("s3"))
     cache.relist()
     assert names(cache) == ["a"]  # a LIST is the truth
+
+
+def test_the_cache_keeps_only_what_the_agent_reads_of_each_pod() -> None:
+    def heavy(name: str, rv: str = "1") -> dict[str, Any]:
+        p = pod(name, rv=rv)
+        p["spec"] = {"containers": [{"name": "c", "env": [{"name": "E", "value": "x" * 10_000}]}]}
+        return p
+
+    class Trimming(ListOnly):
+        def list_pods(self, **sel: Any) -> tuple[list[dict[str, Any]], str]:
+            items, rv = super().list_pods()
+            return [sel["each"](p) for p in items], rv  # as KubeClient does, page by page
+
+    cache = PodCache(Trimming([heavy("a")]), resync_s=300)  # type: ignore[arg-type]
+    cache.relist()
+    cache.apply(WatchEvent("ADDED", heavy("b", rv="12")))
+    for p in cache.view().pods:
+        assert p["spec"]["containers"] == [{"name": "c"}], p
