@@ -8,7 +8,7 @@ handlers and sets it. Start order follows what each part needs from the one befo
    ``main`` container is created, since it learns the shadow's devices there; on a reconnect
    containerd's Synchronize replays existing containers);
 3. the reconcile loop (watches, Lease, passes);
-4. the endpoint (``/metrics``, ``/healthz``, ``/status`` on loopback).
+4. the endpoint (``/metrics``, ``/healthz``; ``/status`` on loopback; docs/security.md).
 
 Shutdown runs in reverse; each join is bounded.
 """
@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.http_endpoint import Endpoint
+from controller.io.access_reviews import AccessReviewer, ReviewClient
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.pod_rules import CachedPodRules
@@ -37,7 +38,7 @@ from controller.spot.solver import GpuSpot
 from deviceplugins import DevicePluginError, PluginManager
 from gpumetrics.model import DeviceMetrics
 from gpushare import keys
-from gpushare.config import Config
+from gpushare.config import METRICS_ACCESS_RBAC, Config
 from gpushare.log import kv
 from nri_plugin import Injector, Stub
 
@@ -92,12 +93,18 @@ class Agent:
             vendor=cfg.metrics.vendor,
             devices=self._scraped_devices,
         )
+        # The endpoint's reviews go through a client of their own: its clients can never take a
+        # connection of the loop's pool.
+        self.reviews = ReviewClient.for_endpoint(kubeconfig) if cfg.metrics.access == METRICS_ACCESS_RBAC else None
         self.endpoint = Endpoint(
             cfg.metrics.listen,
             report=self.loop.last_report,
             status=self.status,
             metrics=self.metrics.render,
             max_age_s=max(30.0, 10 * period_s),
+            access=cfg.metrics.access,
+            authorize=AccessReviewer(self.reviews).verdict if self.reviews is not None else None,
+            max_connections=cfg.metrics.max_connections,
         )
         if spot_runtime is not None:
             spot_runtime.wake_target = self.loop.wake
@@ -184,6 +191,8 @@ class Agent:
             self._nri_thread.join(5.0)
         self.plugins.stop()
         self.podresources.close()
+        if self.reviews is not None:
+            self.reviews.close()
         self.client.close()
         log.info("agent stopped")
 

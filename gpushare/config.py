@@ -46,6 +46,15 @@ DEFAULT_VISIBILITY_ENV: tuple[str, ...] = (
     "FAKE_VISIBLE_DEVICES",
 )
 
+# Who may read /metrics from off the node (docs/security.md, "The agent's endpoint").
+METRICS_ACCESS_RBAC = "rbac"
+METRICS_ACCESS_OPEN = "open"
+METRICS_ACCESS_MODES = (METRICS_ACCESS_RBAC, METRICS_ACCESS_OPEN)
+# The endpoint keeps this many of its connections for loopback clients (kubelet's probes, `gpushare
+# status`), so the cap must leave room for others beside them.
+MIN_MAX_CONNECTIONS = 8
+MAX_MAX_CONNECTIONS = 1024
+
 DEFAULT_REAL_RESOURCES: tuple[str, ...] = (
     "nvidia.com/gpu",
     "amd.com/gpu",
@@ -87,6 +96,12 @@ class MetricsConfig:
     process_level: bool = False
     # Our own /metrics endpoint.
     listen: str = "0.0.0.0:9487"
+    # /metrics names tenants' pods: a client off the node must show a bearer token the API server
+    # authenticates and allows to get /metrics ("rbac"); "open" serves anyone who reaches `listen`.
+    access: str = "rbac"
+    # Connections the endpoint serves at once. Each holds a thread and a file descriptor, so the
+    # cap keeps slow clients from taking what spot reclaim needs (docs/security.md).
+    max_connections: int = 32
 
 
 @dataclass(frozen=True)
@@ -205,6 +220,19 @@ def _check_abs_path(value: str) -> None:
         raise ValueError("must be an absolute path, e.g. /sys/fs/cgroup")
 
 
+def _check_metrics_access(value: str) -> None:
+    if value not in METRICS_ACCESS_MODES:
+        raise ValueError(
+            "must be rbac (clients off the node show a bearer token that a TokenReview authenticates and a "
+            "SubjectAccessReview allows to get /metrics) or open (anyone who reaches metrics.listen)"
+        )
+
+
+def _check_max_connections(value: int) -> None:
+    if not MIN_MAX_CONNECTIONS <= value <= MAX_MAX_CONNECTIONS:
+        raise ValueError(f"must be between {MIN_MAX_CONNECTIONS} and {MAX_MAX_CONNECTIONS}")
+
+
 def _check_index(value: str) -> None:
     if not re.fullmatch(r"[0-9]{2}", value):
         raise ValueError('must be two digits, e.g. "10"')
@@ -222,6 +250,8 @@ _VALIDATORS: dict[str, Callable[[Any], None]] = {
     "plugin_index": _check_index,
     "scrape_interval_s": _check_nonneg,
     "cgroup_root": _check_abs_path,
+    "access": _check_metrics_access,
+    "max_connections": _check_max_connections,
 }
 
 T = TypeVar("T")
@@ -341,6 +371,9 @@ def effective_config(cfg: Config) -> dict[str, Any]:
 
 __all__ = [
     "CONFIG_VERSION",
+    "METRICS_ACCESS_MODES",
+    "METRICS_ACCESS_OPEN",
+    "METRICS_ACCESS_RBAC",
     "Config",
     "KubeletConfig",
     "MetricsConfig",

@@ -55,7 +55,11 @@ spot: {{cgroupRoot: {tmp_path}/no-cgroups}}
         )
         # A kernel notice closes the owner's spot devices itself, through the plugins.
         assert agent.spot_runtime.spot_health_target == agent.plugins.set_spot_health
+        # /metrics off the node needs a reviewed token by default, through a client of its own.
+        assert agent.endpoint.access == "rbac" and agent.reviews is not None and agent.reviews is not agent.client
     finally:
         agent.endpoint.close()
+        if agent.reviews is not None:
+            agent.reviews.close()
         agent.podresources.close()
         agent.client.close()

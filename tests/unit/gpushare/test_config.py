@@ -89,3 +89,25 @@ def test_spot_cgroup_root_defaults_to_the_host_mount_and_must_be_absolute() -> N
     assert err.value.problems == [
         "spot.cgroupRoot: must be an absolute path, e.g. /sys/fs/cgroup (got 'sys/fs/cgroup')"
     ]
+
+
+def test_the_endpoint_is_closed_to_anonymous_clients_by_default_and_bounded() -> None:
+    cfg = load_config()
+    assert (cfg.metrics.access, cfg.metrics.max_connections) == ("rbac", 32)
+    cfg = load_config(text="metrics: {access: open, maxConnections: 64}")
+    assert (cfg.metrics.access, cfg.metrics.max_connections) == ("open", 64)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("metrics: {access: anonymous}", "metrics.access: must be rbac (clients off the node show a bearer token"),
+        ("metrics: {access: true}", "metrics.access: must be a string"),
+        ("metrics: {maxConnections: 4}", "metrics.maxConnections: must be between 8 and 1024 (got 4)"),
+        ("metrics: {maxConnections: 5000}", "metrics.maxConnections: must be between 8 and 1024 (got 5000)"),
+    ],
+)
+def test_a_bad_endpoint_setting_is_refused_naming_the_key(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(text=text)
+    assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
