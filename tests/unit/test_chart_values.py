@@ -10,7 +10,10 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
+import pytest
+
 from gpushare.config import load_config
+from gpushare.errors import ConfigError
 from tests.unit.test_manifests_rendered import CHART, _helm, _one, _pod_spec, _template
 
 
@@ -93,3 +96,51 @@ def test_a_config_change_rolls_the_agents_and_nothing_else_does() -> None:
     base = checksum()
     assert checksum("config.shareSpecs={2,3,4,5,6}") != base
     assert checksum("resources.limits.memory=512Mi") == base
+
+
+def _rbac_rules(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name]
+    return list(role["rules"])
+
+
+REVIEWS = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+
+
+def test_metrics_need_a_reviewed_token_by_default_and_the_agent_may_ask_exactly_that() -> None:
+    docs = _template()
+    cfg = load_config(text=_one(docs, "ConfigMap")["data"]["config.yaml"])
+    assert (cfg.metrics.access, cfg.metrics.max_connections) == ("rbac", 32)
+    # The Role holds the Lease; the ClusterRole's only rules outside the core group are the reviews.
+    assert [r for r in _rbac_rules(docs, "gpushare-agent") if r["apiGroups"] != [""]] == REVIEWS
+    # What a scraper is bound to: reading /metrics, nothing else.
+    assert _rbac_rules(docs, "gpushare-metrics-reader") == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_open_metrics_grant_the_agent_no_reviews() -> None:
+    docs = _template("config.metrics.access=open")
+    assert load_config(text=_one(docs, "ConfigMap")["data"]["config.yaml"]).metrics.access == "open"
+    assert not [r for r in _rbac_rules(docs, "gpushare-agent") if r in REVIEWS]
+    assert "config.metrics.access must be rbac" in _refused("config.metrics.access=anonymous")
+
+
+def test_kubelets_probes_reach_the_agent_on_its_loopback() -> None:
+    def probe_hosts(*sets: str) -> set[str]:
+        agent = _agent(_pod_spec(_template(*sets)))
+        return {agent[p]["httpGet"]["host"] for p in ("startupProbe", "livenessProbe")}
+
+    assert probe_hosts() == {"127.0.0.1"}
+    assert probe_hosts("config.metrics.listen=127.0.0.1:9500") == {"127.0.0.1"}
+    assert probe_hosts("config.metrics.listen=[::]:9500") == {"127.0.0.1"}
+    assert probe_hosts("config.metrics.listen=[::1]:9500") == {"::1"}
+    # An address of one node cannot be every node's, and kubelet's probe would miss it.
+    assert "config.metrics.listen must be on every address" in _refused("config.metrics.listen=10.0.0.7:9487")
+
+
+def test_a_bad_connection_cap_is_refused_by_the_agent_naming_the_key() -> None:
+    text = _one(_template("config.metrics.maxConnections=2"), "ConfigMap")["data"]["config.yaml"]
+    with pytest.raises(ConfigError) as err:
+        load_config(text=text)
+    assert any(p.startswith("metrics.maxConnections: must be between 8 and 1024") for p in err.value.problems)

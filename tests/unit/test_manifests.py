@@ -53,4 +53,5 @@ def test_rbac_grants_no_wildcards() -> None:
     for d in _docs():
         if d["kind"] in ("ClusterRole", "Role"):
             for rule in d["rules"]:
-                assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+                names = rule.get("resources", []) + rule.get("nonResourceURLs", [])
+                assert names and "*" not in rule["verbs"] and not any("*" in n for n in names), rule

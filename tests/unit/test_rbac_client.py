@@ -21,7 +21,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from controller.core import endpoint_rules
 from controller.core.pod_facts import PodRef
+from controller.io.access_reviews import ReviewClient
 from controller.io.kube_client import KubeClient
 from gpushare import keys
 from tests.harness.rbac import Use, compare, manifest_grants, scope_of
@@ -61,6 +63,16 @@ CALL_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
 NAMESPACE_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
     ("list_namespaces", lambda c: c.list_namespaces(label_selector="l=true"), "io/namespace_cache"),
     ("watch_namespaces", lambda c: list(c.watch_namespaces("1", label_selector="l=true")), "io/namespace_cache"),
+]
+# The endpoint's client (controller/io/access_reviews.py): the two reviews of a bearer token sent to
+# /metrics from off the node, with config.metrics.access: rbac, the chart's default.
+REVIEW_SITES: list[tuple[str, Callable[[ReviewClient], object], str]] = [
+    ("token_review", lambda c: c.token_review(endpoint_rules.token_review_body("t")), "the endpoint: who sent it"),
+    (
+        "access_review",
+        lambda c: c.access_review(endpoint_rules.access_review_body(endpoint_rules.Identity("u"), "/metrics")),
+        "the endpoint: may they get /metrics",
+    ),
 ]
 # Public methods the agent's ServiceAccount never calls: each with the reason.
 NOT_CALLED_BY_THE_AGENT = {
@@ -158,6 +170,11 @@ def _static_uses() -> set[Use]:
         call(KubeClient(recorder))
         assert recorder.requests, _why
         uses |= {use_of(*r) for r in recorder.requests}
+    for _name, review, _why in REVIEW_SITES:
+        recorder = _Recorder()
+        review(ReviewClient(recorder))
+        assert len(recorder.requests) == 1, _why
+        uses |= {use_of(*r) for r in recorder.requests}
     return uses
 
 
@@ -185,6 +202,25 @@ def test_every_public_kubeclient_method_is_a_call_site_or_said_unused() -> None:
         f"new: {sorted(public - tabled - set(NOT_CALLED_BY_THE_AGENT))}; "
         f"gone: {sorted((tabled | set(NOT_CALLED_BY_THE_AGENT)) - public)}"
     )
+
+
+def test_the_review_client_adds_only_the_tabled_reviews() -> None:
+    added = {n for n, _ in inspect.getmembers(ReviewClient) if not n.startswith("_")} - {
+        n for n, _ in inspect.getmembers(KubeClient) if not n.startswith("_")
+    }
+    assert added == {row[0] for row in REVIEW_SITES} | {"for_endpoint"}
+
+
+def test_the_reviews_are_cluster_wide_creates() -> None:
+    uses = set()
+    for _name, review, _why in REVIEW_SITES:
+        recorder = _Recorder()
+        review(ReviewClient(recorder))
+        uses |= {use_of(*r) for r in recorder.requests}
+    assert uses == {
+        Use("create", "authentication.k8s.io", "tokenreviews", "cluster-wide"),
+        Use("create", "authorization.k8s.io", "subjectaccessreviews", "cluster-wide"),
+    }
 
 
 def _called_methods(names: set[str]) -> dict[str, set[str]]:

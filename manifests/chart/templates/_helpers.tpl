@@ -24,6 +24,24 @@ gpushare-system
 {{- if hasPrefix "/" $source -}}{{ $source }}{{- end -}}
 {{- end -}}
 
+{{/* Who may read /metrics from off the node: rbac (a reviewed bearer token) or open. */}}
+{{- define "gpushare.metricsAccess" -}}
+{{- .Values.config.metrics.access | default "rbac" | toString -}}
+{{- end -}}
+
+{{/* Where kubelet's probes reach the agent: its loopback, where the endpoint keeps slots for the
+node's own clients however many others hold the rest. The listen address must include it. */}}
+{{- define "gpushare.probeHost" -}}
+{{- $host := splitList ":" (.Values.config.metrics.listen | toString) | initial | join ":" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if has $host (list "" "0.0.0.0" "::") -}}
+127.0.0.1
+{{- else if or (hasPrefix "127." $host) (eq $host "::1") -}}
+{{- $host -}}
+{{- else -}}
+{{- fail (printf "config.metrics.listen must be on every address (0.0.0.0:PORT) or on loopback (127.0.0.1:PORT), where kubelet's probes reach the agent (got %q)" .Values.config.metrics.listen) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Values that would render a DaemonSet that cannot work: refused with the value's name. */}}
 {{- define "gpushare.validate" -}}
 {{- $api := .Values.apiServer -}}
@@ -38,6 +56,10 @@ gpushare-system
 {{- end -}}
 {{- if not (has .Values.logFormat (list "json" "text")) -}}
 {{- fail (printf "logFormat must be json or text (got %q)" .Values.logFormat) -}}
+{{- end -}}
+{{- $access := include "gpushare.metricsAccess" . -}}
+{{- if not (has $access (list "rbac" "open")) -}}
+{{- fail (printf "config.metrics.access must be rbac (clients off the node show a bearer token allowed to get /metrics) or open (anyone who reaches the port) (got %q)" $access) -}}
 {{- end -}}
 {{- $source := .Values.config.metrics.source | toString -}}
 {{- if and $source (not (hasPrefix "/" $source)) (not (contains "://" $source)) -}}
