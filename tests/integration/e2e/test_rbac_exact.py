@@ -4,8 +4,8 @@ and Role of manifests/20-rbac.yaml, which are also what the chart installed here
 
 The test drives every path that makes a distinct API call (the Lease written anew, shadows
 created, recorded and deleted, sharers recorded and evicted with an Event, `gpushare doctor` in
-the agent's pod), then reads the log: every call the agent made since this tier installed it,
-in the tests before this one as well.
+the agent's pod, /metrics read from off the node with a reviewed token), then reads the log:
+every call the agent made since this tier installed it, in the tests before this one as well.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from controller.core import actions
 from gpushare import keys
 from localcluster.component_config import AGENT_USER
 from localcluster.pods import sharer
+from tests.harness.off_node import get, off_node_addresses
 from tests.harness.rbac import Use, compare, grants_from, manifest_grants, uses_from_audit
 from tests.harness.worlds.agent_pod import CONTAINER, DAEMONSET, NAMESPACE, AgentPod
 from tests.integration.e2e.conftest import IDLE_TIMEOUT_S, Env
@@ -95,6 +96,20 @@ def _doctor_in_the_agents_pod(e: Env) -> None:
     assert "cannot list resource" not in res.stdout, res.stdout[-2000:]
 
 
+def _metrics_read_with_a_token(e: Env) -> None:
+    """A scraper off the node with a token bound to gpushare-metrics-reader: the agent has the token
+    reviewed (TokenReview) and the scraper authorized for /metrics (SubjectAccessReview)."""
+    e.cluster.kubectl("create", "serviceaccount", "-n", TENANT, "scraper")
+    e.cluster.kubectl(
+        "create", "clusterrolebinding", f"{TENANT}-scraper",
+        "--clusterrole", "gpushare-metrics-reader", "--serviceaccount", f"{TENANT}:scraper",
+    )  # fmt: skip
+    token = e.cluster.kubectl("create", "token", "-n", TENANT, "scraper", "--duration", "10m").stdout.strip()
+    with off_node_addresses(1) as (source,):
+        code, _, body = get(e.agent.port, "/metrics", source=source, token=token)
+    assert code == 200, (code, body[:500])
+
+
 def test_the_agent_calls_exactly_what_its_rbac_grants(e2e: Env) -> None:
     _pod_agent(e2e)
     log = e2e.cluster.layout.audit_log
@@ -105,7 +120,9 @@ def test_the_agent_calls_exactly_what_its_rbac_grants(e2e: Env) -> None:
         _sharers_recorded_then_evicted(e2e)
         _idle_shadow_deleted(e2e)
         _doctor_in_the_agents_pod(e2e)
+        _metrics_read_with_a_token(e2e)
     finally:
+        e2e.cluster.kubectl("delete", "clusterrolebinding", f"{TENANT}-scraper", "--ignore-not-found", check=False)
         e2e.cluster.kubectl("delete", "namespace", TENANT, "--wait=true", "--timeout=90s", check=False)
 
     # Since this install: the namespace is the chart's, made anew by each install (helm uninstall
@@ -124,6 +141,8 @@ def test_the_agent_calls_exactly_what_its_rbac_grants(e2e: Env) -> None:
         Use("create", "", "events", "any-namespace"),
         Use("create", "coordination.k8s.io", "leases", "gpushare-system"),
         Use("list", "", "nodes", "cluster-wide"),
+        Use("create", "authentication.k8s.io", "tokenreviews", "cluster-wide"),
+        Use("create", "authorization.k8s.io", "subjectaccessreviews", "cluster-wide"),
     } <= uses, seen
 
     installed = [

@@ -48,11 +48,16 @@ def spot_env(request: pytest.FixtureRequest) -> Iterator[SpotEnv]:
         yield env
 
 
+# Modules that run after the others of this tier, in this order: their reclaims would count in the
+# kill and eviction counters that the other modules read as absolute numbers.
+LAST = ("test_hostile_spot.py", "test_spot_endpoint_saturated.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """test_hostile_spot.py runs last in this tier, in place: its reclaims would count in the kill and
-    eviction counters that the other modules read as absolute numbers."""
+    """The modules of ``LAST`` run last in this tier, in place."""
     here = Path(__file__).parent
     places = [i for i, item in enumerate(items) if here in item.path.parents]
-    block = sorted((items[i] for i in places), key=lambda item: item.path.name == "test_hostile_spot.py")
+    order = {name: i for i, name in enumerate(LAST)}
+    block = sorted((items[i] for i in places), key=lambda item: order.get(item.path.name, -1))
     for i, item in zip(places, block, strict=True):
         items[i] = item
