@@ -14,6 +14,7 @@ On the live node (real scheduler, kubelet and the agent as the DaemonSet's pod, 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -80,7 +81,12 @@ def test_a_sidecars_slots_are_served_beside_the_app_containers(e2e: Env) -> None
     except AssertionError as exc:
         described = e2e.cluster.kubectl("describe", "pod", "staged", "-n", "default", check=False).stdout
         raise AssertionError(f"{described[-4000:]}\n{exc}") from None
-    assert len(e2e.shadows()) == 1  # 2 + 2 slots of one shadow of 4
+    # 2 + 2 slots of one shadow of 4: any other shadow made while the pod was on its way idles out.
+    e2e.wait("one shadow left", lambda: len(e2e.shadows()) == 1, 30)
+    owner = ((e2e.cluster.pod("staged", "default") or {})["metadata"].get("annotations") or {}).get(
+        keys.ANNOTATION_SHADOW_OWNER, "{}"
+    )
+    assert len(json.loads(owner)) == 1, owner
 
 
 def test_an_init_container_asking_for_slots_is_told_why_and_holds_no_gpu(e2e: Env) -> None:
