@@ -83,7 +83,10 @@ class SlowClients:
 
     One thread, non-blocking sockets: every ``trickle_s`` each open connection sends one more byte
     of a header line that never ends; a connection the agent closes is opened again ``reconnect_s``
-    later, so the pressure lasts as long as the clients run.
+    later, so the pressure lasts as long as the clients run. At most ``connect_rate`` connections
+    are opened a second, as an attacker ramps up: a burst all at once would overflow the server's
+    accept queue, and the kernel's SYN retries (1 s, 3 s, 7 s, ...) would then spread it over
+    minutes, whatever the server does.
     """
 
     HEAD = b"GET /metrics HTTP/1.1\r\nHost: gpushare-agent\r\nX-Slow: "
@@ -96,11 +99,13 @@ class SlowClients:
         *,
         trickle_s: float = 1.0,
         reconnect_s: float = 1.0,
+        connect_rate: float = 200.0,
     ) -> None:
         self.port = port
         self.wanted = [source for source in sources for _ in range(per_source)]
         self.trickle_s = trickle_s
         self.reconnect_s = reconnect_s
+        self.connect_rate = connect_rate
         self.stats = SlowStats()
         self._selector = selectors.DefaultSelector()
         self._stop = threading.Event()
@@ -155,12 +160,14 @@ class SlowClients:
 
     def _run(self) -> None:
         due = [(0.0, source) for source in self.wanted]
-        next_trickle = time.monotonic()
+        next_trickle = started = time.monotonic()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                ready = [d for d in due if d[0] <= now]
-                due = [d for d in due if d[0] > now]
+                allowed = int((now - started) * self.connect_rate) + 1 - self.stats.opened - self.stats.connect_errors
+                ready = sorted(d for d in due if d[0] <= now)[: max(0, allowed)]
+                for entry in ready:
+                    due.remove(entry)
                 for _, source in ready:
                     self._connect(source)
                 if now >= next_trickle:

@@ -1,8 +1,8 @@
 """Spot reclaim does not depend on anything the endpoint's clients can use up (docs/security.md).
 
 Twelve hundred slowloris clients from eight addresses off the node (tests/harness/off_node.py)
-hold connections to the agent's endpoint, each sending its request a byte a second and opening
-a new connection a second after the agent closes one. Meanwhile an owner returns: its borrower
+hold connections to the agent's endpoint, opened 200 a second, each sending its request a byte a
+second and opening a new connection a second after the agent closes one. Meanwhile an owner returns: its borrower
 must be dead within the bound of test_spot_cluster.py (10 s). kubelet's probe of /healthz, which
 reaches the agent at 127.0.0.1 (the chart's probes), must keep answering within kubelet's default
 probe timeout (1 s), with no liveness failure and no restart; a new client off the node must be
@@ -102,9 +102,10 @@ def test_reclaim_and_probes_hold_while_slow_clients_fill_the_endpoint(clean: Spo
     restarts_before = _agent_restarts(env) if in_pod else 0
     try:
         with off_node_addresses(SOURCES + 1) as sources, SlowClients(agent.port, sources[:SOURCES], PER_SOURCE) as slow:
+            env.wait("every slow client connecting", lambda: slow.stats.opened >= SOURCES * PER_SOURCE, 30)
             # Longer than the endpoint's read deadline: the first slow clients have been cut, and
             # every slot they may take is held again by the next ones.
-            time.sleep(7.0)
+            time.sleep(6.0)
             fds, threads = _proc_counts(pid)
             probes = [_probe(agent) for _ in range(3)]
 
