@@ -1,10 +1,11 @@
 """The admission policies (manifests/50-admission.yaml) agree with the contract in gpushare/keys.py
 and with the rest of the chart. What they refuse is tested in the real API server, in
-tests/integration/admission/; here, offline, that every key of the contract has an owner and the
-policy reserves exactly the agent's."""
+tests/integration/admission/; here, offline, that every key of the contract has an owner, the
+policy reserves exactly the agent's, and the shadow it allows is the one the agent makes."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -13,7 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from controller.core.share_key import Pool, ShareKey
+from controller.share.solver import build_shadow_manifest, shadow_name
 from gpushare import keys
+from gpushare.config import load_config
 from localcluster.errors import ClusterUnavailable
 from localcluster.helm import helm_binary
 
@@ -99,12 +103,12 @@ def test_the_policies_name_the_agents_service_account_and_config() -> None:
         assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
-def _helm_template(*sets: str) -> subprocess.CompletedProcess[str]:
+def _helm_template(*sets: str, only: str | None = "templates/50-admission.yaml") -> subprocess.CompletedProcess[str]:
     try:
         helm = helm_binary()
     except ClusterUnavailable as exc:
         pytest.fail(f"{exc}; the chart's switches cannot be checked without it")
-    args = [str(helm), "template", "gpushare", str(CHART), "--show-only", "templates/50-admission.yaml"]
+    args = [str(helm), "template", "gpushare", str(CHART), *(("--show-only", only) if only else ())]
     for s in sets:
         args += ["--set", s]
     return subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
@@ -122,3 +126,73 @@ def test_the_admission_switches() -> None:
     assert yaml.safe_load(_variable(pods, "realResources")) == ["amd.com/gpu"]
     bad = _helm_template("admission.validationActions={Refuse}")
     assert bad.returncode != 0 and 'admission.validationActions: "Refuse" is not one of Deny, Warn, Audit' in bad.stderr
+
+
+def _cel_value(expr: str) -> Any:
+    """A literal the chart writes into a policy: JSON, or a CEL map with single-quoted keys."""
+    return json.loads(expr.replace("'", '"'))
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        pytest.param((), id="defaults"),
+        pytest.param(
+            (
+                "config.shadowImage=registry.example/hold:1",
+                "priorityClasses.shadow.name=hold-gpus",
+                "priorityClasses.shadow.preemption=true",
+                "config.realResources={amd.com/gpu,nvidia.com/gpu}",
+                "config.shareSpecs={3,7}",
+                "config.devShareSpecs={6}",
+            ),
+            id="every value changed",
+        ),
+    ],
+)
+def test_the_shadow_shape_is_what_build_shadow_manifest_makes(sets: tuple[str, ...]) -> None:
+    """Offline, the half of the agreement a unit test can check: the shadow build_shadow_manifest
+    makes from the config this chart renders uses only what gpushare-agent-node allows, with the
+    same values. The live half (the API server admits that very manifest from the agent, defaults
+    and all) is tests/integration/admission/test_shadow_shape.py."""
+    proc = _helm_template(*sets, only=None)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpushare-config"]
+    cfg = load_config(text=cm["data"]["config.yaml"])
+    policy = _named("ValidatingAdmissionPolicy", "gpushare-agent-node", docs)
+
+    assert _cel_value(_variable(policy, "shadowImage")) == cfg.shadow_image
+    assert _cel_value(_variable(policy, "shadowPriorityClass")) == cfg.shadow_priority_class
+    assert _cel_value(_variable(policy, "realResources")) == list(cfg.real_resources)
+    specs = {keys.KIND_SHARE: list(cfg.share_specs), keys.KIND_SHARE_DEV: list(cfg.dev_share_specs)}
+    assert _cel_value(_variable(policy, "shareSpecs")) == specs
+    assert _strings(_variable(policy, "shadowLabels")) == SHADOW_LABELS
+    assert _strings(_variable(policy, "shadowRecords")) == AGENT_ANNOTATIONS - {keys.ANNOTATION_SHADOW_OWNER}
+    spec_fields = _strings(_variable(policy, "shadowSpecFields"))
+    container_fields = _strings(_variable(policy, "shadowContainerFields"))
+    container_rules = _variable(policy, "containerFaults")
+    (security,) = re.findall(r"== (\{[^}]*\})", container_rules)
+
+    for kind, served in specs.items():
+        for resource in cfg.real_resources:
+            key = ShareKey(Pool(resource, (("zone", "a"),)), kind, served[0])
+            shadow = build_shadow_manifest(key, shadow_name(key, 0), cfg)
+            spec = shadow["spec"]
+            assert set(spec) <= spec_fields, set(spec) - spec_fields
+            assert spec["priorityClassName"] == cfg.shadow_priority_class
+            assert spec["preemptionPolicy"] == _cel_value(_variable(policy, "shadowPreemption"))
+            assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+            assert [t["key"] for t in spec["tolerations"]] == [resource]
+            (main,) = spec["containers"]
+            assert set(main) <= container_fields, set(main) - container_fields
+            assert (
+                main["name"] == keys.SHADOW_CONTAINER and f"variables.main.name == '{main['name']}'" in container_rules
+            )
+            assert main["image"] == cfg.shadow_image
+            assert main["securityContext"] == _cel_value(re.sub(r"\s+", " ", security))
+            assert main["resources"] == {"requests": {resource: "1"}, "limits": {resource: "1"}}
+            labels = shadow["metadata"]["labels"]
+            assert set(labels) == SHADOW_LABELS and labels[keys.LABEL_ROLE] == keys.ROLE_SHADOW
+            assert int(labels[keys.LABEL_SHARE_SPEC]) in specs[labels[keys.LABEL_SHARE_KIND]]
+            assert not shadow["metadata"].get("annotations")
