@@ -8,7 +8,10 @@ DaemonSet. The requests are then made as the people the policies are about:
 - the agent: the very token kubelet mounted into the DaemonSet's pod, read from the pod's volume
   on the node (the kubelet root dir is shared with the host, docs/cluster.md), so the node name
   in it is the one Kubernetes bound, not one the test chose;
-- the agent's ServiceAccount with a token that is not bound to a pod, which names no node.
+- the agent's ServiceAccount with a token that is not bound to a pod, which names no node;
+- where a rule is about a pod subresource, a ServiceAccount granted just that, as an operator or a
+  compromised controller would hold it, and the agent's token with the same grant added for the
+  test (its ClusterRole has none).
 
 "Another node" is a second Node object made by API: pods bound to it never start, which is all
 the per-node rule needs. The session's one-node cluster is shared with the other tiers, so
@@ -21,6 +24,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +34,13 @@ import pytest
 import yaml
 
 from controller.core.pod_facts import PodRef
+from controller.core.share_key import Pool, ShareKey
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
-from localcluster.agent import AgentSettings
+from controller.share.solver import build_shadow_manifest, shadow_name
+from gpushare import keys
+from gpushare.config import Config, load_config
+from localcluster.agent import FAKE_RESOURCE, AgentSettings
 from localcluster.cluster import Cluster
 from localcluster.errors import ClusterUnavailable
 from localcluster.helm import pods
@@ -45,8 +53,13 @@ TENANT_SA = "tenant"
 AGENT_SA = "gpushare-agent"
 OTHER_NODE = "gs-adm-other"
 OTHER_NODE_SHARE = "gpushare/share-gpu-4"
-# Every test pod carries it, so the teardown finds them all.
+# Every test pod carries it, so the teardown finds them all; shadows, which may carry no label
+# of their own, are found by theirs.
 TEST_LABEL = "gpushare-admission-test"
+SHADOW_SELECTOR = f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
+# A pool whose node selector no node matches: the scheduler leaves its shadows alone.
+NOWHERE = Pool(FAKE_RESOURCE, (("gpushare-admission-test/pool", "nowhere"),))
+FAR_SHADOW_ORDINAL = 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class Admission:
     tenant: Identity
     agent: Identity
     agent_unbound: Identity
+    side: Path
 
     def kubectl(self, who: Identity | None, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """kubectl as ``who`` (None: the cluster's admin); never raises, the caller reads the result."""
@@ -103,6 +117,103 @@ class Admission:
             return True
 
         return self.by_agent(who, post)
+
+    def call(
+        self,
+        who: Identity | None,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: dict[str, str] | None = None,
+        dry_run: bool = True,
+    ) -> str:
+        """One request to the API as ``who`` (None: the admin): "" when it was admitted, else why not.
+
+        A server-side dry run goes through admission and leaves nothing behind; for the requests
+        that take options in their body (an Eviction's), the caller puts dryRun there too.
+        """
+        kubeconfig = self.cluster.kubeconfig if who is None else who.kubeconfig
+
+        def send(client: KubeClient) -> bool:
+            params = {**(query or {}), "dryRun": "All" if dry_run else None}
+            client._call(method, path, query=params, body=body, content_type=content_type)
+            return True
+
+        with KubeClient.from_kubeconfig(str(kubeconfig)) as client:
+            try:
+                return "" if send(client) else "no effect"
+            except KubeError as exc:
+                return str(exc)
+
+    def config(self) -> Config:
+        """The agent's config as the chart wrote it into the ConfigMap the agent reads."""
+        res = self.kubectl(None, "get", "configmap", "gpushare-config", "-n", NAMESPACE, "-o", "json")
+        assert res.returncode == 0, res.stderr
+        return load_config(text=json.loads(res.stdout)["data"]["config.yaml"])
+
+    def shadow(
+        self, *, spec: int = 4, kind: str = keys.KIND_SHARE, pool: Pool = NOWHERE, ordinal: int = 0
+    ) -> dict[str, Any]:
+        """The shadow the Lease holder would create for this key: build_shadow_manifest's own output."""
+        key = ShareKey(pool, kind, spec)
+        return build_shadow_manifest(key, shadow_name(key, ordinal), self.config())
+
+    def shadow_on(self, node: str, *, ordinal: int) -> str:
+        """A shadow made as the Lease holder makes one (by the agent, unbound), then bound to
+        ``node`` as the scheduler would bind it (by the admin here: no node matches its pool).
+        Returns its name."""
+        manifest = self.shadow(ordinal=ordinal)
+        name = str(manifest["metadata"]["name"])
+        made = self.create_by_agent(self.agent, manifest, dry_run=False)
+        assert made == "", made
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "target": {"kind": "Node", "name": node},
+        }
+        bound = self.call(None, "POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/binding", binding, dry_run=False)
+        assert bound == "", bound
+        return name
+
+    def grant(self, name: str, rules: list[dict[str, Any]], *, to_agent: bool = False) -> Identity:
+        """A ClusterRole of exactly ``rules``, bound to a new ServiceAccount ``name`` of the tenant
+        namespace (its identity is returned), or, ``to_agent``, to the agent's ServiceAccount on top
+        of its own role (the agent's identity is returned). Waits until the authorizer sees it."""
+        role = f"gs-adm-{name}"
+        meta = {"name": role, "labels": {TEST_LABEL: "1"}}
+        sa = {"kind": "ServiceAccount", "name": AGENT_SA if to_agent else name}
+        sa["namespace"] = NAMESPACE if to_agent else TENANT_NS
+        docs = [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta, "rules": rules},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [sa],
+            },
+        ]
+        if not to_agent:
+            self.cluster.kubectl("create", "serviceaccount", name, "-n", TENANT_NS)
+        for doc in docs:
+            self.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+        user = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+        verb, (resource, _, sub) = rules[0]["verbs"][0], rules[0]["resources"][0].partition("/")
+        ask = ["auth", "can-i", verb, resource, f"--subresource={sub}", f"--as={user}", "-A"]
+        deadline = time.monotonic() + 30.0
+        while self.kubectl(None, *ask).stdout.strip() != "yes":
+            assert time.monotonic() < deadline, f"{user} cannot {verb} {resource}/{sub} 30 s after the grant"
+            time.sleep(0.2)
+        if to_agent:
+            return self.agent
+        token = self.cluster.kubectl("create", "token", name, "-n", TENANT_NS, "--duration=1h").stdout.strip()
+        return _kubeconfig(self.cluster, self.side / f"{name}.kubeconfig", f"{TENANT_NS}:{name}", token=token)
+
+    def revoke(self, name: str) -> None:
+        self.cluster.kubectl("delete", "clusterrolebinding,clusterrole", f"gs-adm-{name}", "--ignore-not-found")
 
     def ref(self, name: str, namespace: str = TENANT_NS) -> PodRef:
         return PodRef(namespace, name, str(self.pod(name, namespace)["metadata"]["uid"]))
@@ -170,11 +281,12 @@ def _other_node(c: Cluster) -> None:
 
 def _clean(c: Cluster) -> None:
     # Pods bound to the other node have no kubelet to confirm a graceful delete: force them.
-    for ns in (TENANT_NS, NAMESPACE):
+    for ns, selector in ((TENANT_NS, TEST_LABEL), (NAMESPACE, TEST_LABEL), (NAMESPACE, SHADOW_SELECTOR)):
         c.kubectl(
-            "delete", "pods", "-n", ns, "-l", TEST_LABEL, "--grace-period=0", "--force", "--wait=true",
+            "delete", "pods", "-n", ns, "-l", selector, "--grace-period=0", "--force", "--wait=true",
             "--timeout=60s", check=False,
         )  # fmt: skip
+    c.kubectl("delete", "clusterrolebinding,clusterrole", "-l", TEST_LABEL, "--ignore-not-found", check=False)
     c.kubectl("delete", "node", OTHER_NODE, "--ignore-not-found", check=False)
     c.kubectl("delete", "namespace", TENANT_NS, "--ignore-not-found", "--timeout=120s", check=False)
 
@@ -201,8 +313,15 @@ def admission(cluster: Cluster) -> Iterator[Admission]:  # noqa: F811
             tenant=_kubeconfig(cluster, side / "tenant.kubeconfig", f"{TENANT_NS}:{TENANT_SA}", token=tenant_token),
             agent=_kubeconfig(cluster, side / "agent.kubeconfig", "agent", token=token),
             agent_unbound=_kubeconfig(cluster, side / "agent-unbound.kubeconfig", "agent-unbound", token=unbound),
+            side=side,
         )
     finally:
         _clean(cluster)
         agent.close()
         shutil.rmtree(side, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def far_shadow(admission: Admission) -> str:
+    """A shadow on the other node, as this node's agent would have made it there as Lease holder."""
+    return admission.shadow_on(OTHER_NODE, ordinal=FAR_SHADOW_ORDINAL)

@@ -78,15 +78,12 @@ def test_shadows_anywhere_but_nothing_else_in_the_namespace(admission: Admission
     """The Lease holder creates, records and deletes shadows on any node; another pod of
     gpushare-system on another node (say, that node's agent) is out of reach."""
     a = admission
-    # A role label without kind and spec: the running agent skips it as unreadable, never counts it.
-    shadow = pod("shadow-far", [("main", {REAL: "1"})], namespace=NAMESPACE, node=OTHER_NODE)
-    shadow["metadata"]["labels"][keys.LABEL_ROLE] = keys.ROLE_SHADOW
-    assert a.create_by_agent(a.agent, shadow, dry_run=False) == ""
-    ref = a.ref("shadow-far", NAMESPACE)
+    far = a.shadow_on(OTHER_NODE, ordinal=3)
+    ref = a.ref(far, NAMESPACE)
     users = {keys.ANNOTATION_SHADOW_USERS: "{}"}
     assert a.by_agent(a.agent, lambda c: c.patch_pod_annotations(ref, users)) == ""
     assert a.by_agent(a.agent, lambda c: c.delete_pod(ref)) == ""
-    assert not _alive(a, "shadow-far", NAMESPACE)
+    assert not _alive(a, far, NAMESPACE)
 
     assert a.create(None, pod("plain-far", [("main", {})], namespace=NAMESPACE, node=OTHER_NODE), dry_run=False) == ""
     plain = a.ref("plain-far", NAMESPACE)
