@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,14 @@ from google.protobuf.message import DecodeError, Message
 from gpushare.errors import InstructionRefused
 from gpushare.log import kv
 from nri_plugin._pb import nri_pb2
-from nri_plugin.errors import ConnectionClosed, DeadlineExceeded, NriError, RpcStatusError, TransportError
+from nri_plugin.errors import (
+    ConnectionClosed,
+    DeadlineExceeded,
+    NriError,
+    ProtocolError,
+    RpcStatusError,
+    TransportError,
+)
 from nri_plugin.transport.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from nri_plugin.transport.ttrpc import Code, Handler, TtrpcClient, TtrpcServer
 
@@ -65,6 +73,7 @@ _EVENT_NAMES = {v: k for k, v in EVENT_METHODS.items()}
 ENV_PLUGIN_SOCKET = "NRI_PLUGIN_SOCKET"
 ENV_PLUGIN_NAME = "NRI_PLUGIN_NAME"
 ENV_PLUGIN_IDX = "NRI_PLUGIN_IDX"
+_HANDSHAKE_POLL_S = 0.05  # how soon a connection closed during the handshake is noticed
 
 
 def derive_mask(plugin: object) -> int:
@@ -168,9 +177,12 @@ class Stub:
         self._on_connect = on_connect
         self._lock = threading.Lock()
         self._session: _Session | None = None
+        self._configured = threading.Event()
         self._synced = threading.Event()
         self._sync_pods: list[Any] = []
         self._sync_containers: list[Any] = []
+        self._sync_pieces = 0
+        self._sync_bytes = 0
         self._closed = False
         self.connections = 0  # successful handshakes so far (tests, logs)
 
@@ -226,10 +238,13 @@ class Stub:
         fn = getattr(self.plugin, "configure", None)
         if callable(fn):
             fn(req)
+        self._configured.set()
         return nri_pb2.ConfigureResponse(events=self.mask).SerializeToString()
 
     def _synchronize(self, payload: bytes) -> bytes:
         req = _parse(nri_pb2.SynchronizeRequest, payload)
+        self._sync_pieces += 1
+        self._sync_bytes += len(payload)
         self._sync_pods.extend(req.pods)
         self._sync_containers.extend(req.containers)
         if req.more:
@@ -326,20 +341,15 @@ class Stub:
         except BaseException:
             sock.close()
             raise
+        self._configured.clear()
         self._synced.clear()
         self._sync_pods, self._sync_containers = [], []
+        self._sync_pieces = self._sync_bytes = 0
         try:
             session.start()
             req = nri_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index)
             session.client.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(), self._timeout_s)
-            if not self._synced.wait(self._timeout_s):
-                if session.closed.is_set():
-                    raise session.reason or ConnectionClosed("gpushare: NRI connection closed during handshake")
-                raise DeadlineExceeded(
-                    f"gpushare: containerd did not Configure and Synchronize within {self._timeout_s:.1f}s"
-                )
-            if session.closed.is_set():
-                raise session.reason or ConnectionClosed("gpushare: NRI connection closed during handshake")
+            self._wait_synced(session)
         except BaseException:
             session.close()
             raise
@@ -352,11 +362,38 @@ class Stub:
         log.info(
             "nri: connected",
             extra=kv(
-                socket=self.socket_path or f"fd:{self._fd}", name=self.name, index=self.index, events=hex(self.mask)
+                socket=self.socket_path or f"fd:{self._fd}",
+                name=self.name,
+                index=self.index,
+                events=hex(self.mask),
+                sync_messages=self._sync_pieces,
+                sync_bytes=self._sync_bytes,
             ),
         )
         if self._on_connect is not None:
             self._on_connect()
+
+    def _wait_synced(self, session: _Session) -> None:
+        """Until the last Synchronize piece is answered; a connection closed meanwhile fails at once."""
+        deadline = time.monotonic() + self._timeout_s
+        while not self._synced.wait(_HANDSHAKE_POLL_S):
+            if session.closed.is_set():
+                break
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded(
+                    f"gpushare: containerd did not Configure and Synchronize within {self._timeout_s:.1f}s"
+                )
+        if not session.closed.is_set():
+            return
+        reason = session.reason or ConnectionClosed("gpushare: NRI connection closed during handshake")
+        if self._configured.is_set() and not self._synced.is_set() and not isinstance(reason, ProtocolError):
+            # containerd closes a plugin it cannot synchronize and logs why only on its side; 2.x
+            # does so when it cannot cut its state into pieces under ttrpc's 4 MiB.
+            raise ConnectionClosed(
+                f"gpushare: containerd closed the connection after Configure, before Synchronize completed "
+                f"({reason}); containerd's log says why after 'failed to synchronize plugin' (docs/nri.md)"
+            ) from reason
+        raise reason
 
     def wait_closed(self, timeout_s: float | None = None) -> bool:
         """Block until the current connection closes; True if it did."""

@@ -3,9 +3,10 @@
 Framing (containerd/ttrpc; docs/nri.md): a 10-byte big-endian header — data length (uint32), stream id
 (uint32), type (1 request, 2 response, 3 data), flags — then a protobuf ``ttrpc.Request`` or
 ``ttrpc.Response``. Clients use odd, strictly increasing stream ids starting at 1; the server
-answers on the same id. We never send more than 4 MiB of data (``MAX_MESSAGE``); we accept up
-to 16 MiB (``MAX_RECV_MESSAGE``) because NRI v0.6.1 does not check its own sends (a large
-Synchronize), and anything larger is a ``ProtocolError``.
+answers on the same id. We never send more than 4 MiB of data (``MAX_MESSAGE``, what containerd
+reads). We accept up to ``MAX_RECV_MESSAGE`` (16 MiB + 4086 bytes), the most any supported
+containerd can send (below, and docs/nri.md); a header announcing more is a ``ProtocolError``
+at once, before anything of that size is buffered.
 
 ``TtrpcServer`` answers unknown services/methods with UNIMPLEMENTED (12), which NRI v0.12
 runtimes need to fall back to ``StateChange``. Handlers run on a small pool and send their own
@@ -38,7 +39,17 @@ log = logging.getLogger(__name__)
 HEADER = struct.Struct(">IIBB")
 HEADER_SIZE = HEADER.size  # 10
 MAX_MESSAGE = 4 << 20
-MAX_RECV_MESSAGE = 16 << 20
+
+# containerd 1.7 (NRI v0.6.1 over ttrpc 1.2.4/1.2.5) checks no size when it sends. Its ttrpc writes
+# the header and the data through a 4096-byte buffer: the header and the first 4086 bytes of data go
+# to the mux as one write, the rest as a second, and NRI v0.6.1's mux fails a write over 16 MiB
+# (EMSGSIZE). So 16 MiB + 4086 bytes of data is the largest message it can finish sending; a
+# larger one stops after its first 4096 bytes. containerd 2.x (ttrpc 1.2.9) sends no message over
+# 4 MiB and splits Synchronize to fit. Nothing larger can come from a supported runtime, and this
+# is what one message can make a connection buffer.
+RUNTIME_WRITE_BUFFER = 4096
+RUNTIME_MAX_MUX_WRITE = 16 << 20
+MAX_RECV_MESSAGE = RUNTIME_MAX_MUX_WRITE + RUNTIME_WRITE_BUFFER - HEADER_SIZE
 
 _M = TypeVar("_M", bound=_ProtoMessage)
 
@@ -88,6 +99,12 @@ class MessageDecoder:
     def __init__(self, max_data: int = MAX_RECV_MESSAGE) -> None:
         self._buf = bytearray()
         self._max = max_data
+        self._why = str(max_data)
+        if max_data == MAX_RECV_MESSAGE:
+            self._why += (
+                ", the most a supported containerd can send (containerd 1.7 fails a larger send with "
+                "'message too long' after its first 4096 bytes; docs/nri.md)"
+            )
 
     def feed(self, data: bytes) -> list[Message]:
         self._buf += data
@@ -95,7 +112,7 @@ class MessageDecoder:
         while len(self._buf) >= HEADER_SIZE:
             length, sid, msg_type, flags = HEADER.unpack_from(self._buf)
             if length > self._max:
-                raise ProtocolError(f"gpushare: ttrpc message of {length} bytes (stream {sid}) exceeds {self._max}")
+                raise ProtocolError(f"gpushare: ttrpc message of {length} bytes (stream {sid}) exceeds {self._why}")
             if msg_type not in _KNOWN_TYPES:
                 raise ProtocolError(f"gpushare: ttrpc message of unknown type {msg_type:#x} (stream {sid})")
             if len(self._buf) < HEADER_SIZE + length:

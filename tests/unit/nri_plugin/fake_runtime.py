@@ -8,6 +8,7 @@ runtime is exercised by the integration tests under tests/integration/.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import struct
@@ -21,6 +22,23 @@ MUX = struct.Struct(">II")
 TTRPC = struct.Struct(">IIBB")
 PLUGIN = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME = "nri.pkg.api.v1alpha1.Runtime"
+# containerd 1.7's writes: ttrpc's 4096-byte buffer goes out first (header + start of the data),
+# the rest as one more mux write, which its mux refuses over 16 MiB.
+WRITE_BUFFER = 4096
+MAX_MUX_WRITE = 16 << 20
+
+
+def runtime_frames(conn_id: int, message: bytes, max_write: int = MAX_MUX_WRITE) -> tuple[list[bytes], bool]:
+    """The mux frames containerd 1.7 writes for one ttrpc message, and whether it finishes.
+
+    A message whose rest is over ``max_write`` gets only its first frame out, as in containerd."""
+    frames = [MUX.pack(conn_id, len(message[:WRITE_BUFFER])) + message[:WRITE_BUFFER]]
+    rest = message[WRITE_BUFFER:]
+    if len(rest) > max_write:
+        return frames, False
+    if rest:
+        frames.append(MUX.pack(conn_id, len(rest)) + rest)
+    return frames, True
 
 
 @dataclass
@@ -39,6 +57,8 @@ class FakeRuntime:
     containers: list[nri_pb2.Container] = field(default_factory=list)
     register_status: tuple[int, str] = (0, "")
     silent: bool = False  # never answer RegisterPlugin
+    sync_pieces: int = 1  # Synchronize in this many requests, more=true on all but the last (NRI v0.8+)
+    drop_before_sync: bool = False  # close the connection after Configure, as 2.x does when it cannot split
     max_first_frame_seen: int = 0
     frames_seen: list[tuple[int, int]] = field(default_factory=list)  # (conn, length)
 
@@ -92,8 +112,11 @@ class FakeRuntime:
         self._conn.sendall(data)
 
     def _send_ttrpc(self, conn_id: int, sid: int, mtype: int, data: bytes) -> None:
-        msg = TTRPC.pack(len(data), sid, mtype, 0) + data
-        self.send_raw(MUX.pack(conn_id, len(msg)) + msg)
+        frames, finished = runtime_frames(conn_id, TTRPC.pack(len(data), sid, mtype, 0) + data)
+        for frame in frames:
+            self.send_raw(frame)
+        if not finished:
+            raise OSError(errno.EMSGSIZE, "message too long")
 
     def call(
         self,
@@ -209,11 +232,27 @@ class FakeRuntime:
             self._send_ttrpc(2, register_sid, 2, b"")
             self.configure_reply = nri_pb2.ConfigureResponse.FromString(cfg.payload)
             self.registered.set()
-            sync = self.call("Synchronize", nri_pb2.SynchronizeRequest(pods=self.pods, containers=self.containers))
-            if sync.code == 0:
+            if self.drop_before_sync:
+                self.drop_connection()
+                return
+            sync = None
+            for req in self.sync_requests():
+                sync = self.call("Synchronize", req)
+            if sync is not None and sync.code == 0:
                 self.ready.set()
         except (TimeoutError, OSError, AssertionError):
             return
+
+    def sync_requests(self) -> list[nri_pb2.SynchronizeRequest]:
+        """The handshake's Synchronize: all pods in the first piece, the containers spread over all."""
+        n = self.sync_pieces
+        per = -(-len(self.containers) // n) if self.containers else 0
+        return [
+            nri_pb2.SynchronizeRequest(
+                pods=self.pods if i == 0 else [], containers=self.containers[i * per : (i + 1) * per], more=i < n - 1
+            )
+            for i in range(n)
+        ]
 
     def cleanup(self) -> None:
         self.stop()
