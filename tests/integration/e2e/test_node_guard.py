@@ -317,3 +317,37 @@ def test_records_and_shadow_labels_written_by_a_tenant_affect_at_most_its_own_po
     # What the forger's record says can cost the forger its own pod, nobody else's.
     evicted = {ev["pod"] for ev in e.agent.status()["evictions"]}
     assert f"{NS}/victim" not in evicted and f"{NS}/poser" not in evicted, evicted
+
+
+def test_sharers_bound_to_the_node_past_the_scheduler_take_free_slots_and_nothing_more(guard: Guard) -> None:
+    """``spec.nodeName`` set by the tenant: no scheduler, no policy. kubelet's own admission still
+    counts the slots, and a bound pod is no demand the leader makes shadows for."""
+    e = guard.env
+    e.start_pods([sharer("s4", n=4)])
+    (shadow,) = e.shadows()
+    node = e.cluster.node()["metadata"]["name"]
+    bound = [sharer(f"bound-{i}", n=4) for i in range(4)]
+    for m in bound:
+        m["spec"]["nodeName"] = node
+    e.start_pods(bound[:3])  # the shadow's three free slots
+    guard.create(bound[3])
+    e.wait(
+        "kubelet's refusal of the fifth sharer",
+        lambda: ((e.cluster.pod("bound-3", NS) or {}).get("status") or {}).get("phase") == "Failed",
+        60,
+    )
+    status = (e.cluster.pod("bound-3", NS) or {})["status"]
+    assert SHARE4 in str(status.get("reason")) + str(status.get("message")), status
+    passes = e.agent.status()["passes"]
+    e.wait("three passes of the agent", lambda: e.agent.status()["passes"] >= passes + 3, 60)
+    guard.no_gpu_given_twice()
+    # Every slot is the one shadow's, and the free GPU stays free: no shadow for a bound pod.
+    assert [s["metadata"]["uid"] for s in e.shadows()] == [shadow["metadata"]["uid"]]
+    held = {
+        (pod.name, dev.resource_name)
+        for pod in guard.podres.list()
+        for ctr in pod.containers
+        for dev in ctr.devices
+        if pod.namespace == NS
+    }
+    assert held == {(name, SHARE4) for name in ("s4", "bound-0", "bound-1", "bound-2")}, held
