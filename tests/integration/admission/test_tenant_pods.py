@@ -30,6 +30,7 @@ def pod(
     containers: Containers,
     *,
     init: Containers | None = None,
+    sidecars: Containers | None = None,
     annotations: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     namespace: str = TENANT_NS,
@@ -39,8 +40,10 @@ def pod(
         return {"name": c, "image": "busybox", **({"resources": {"limits": resources}} if resources else {})}
 
     body: dict[str, Any] = {"containers": [spec(c, r) for c, r in containers]}
-    if init:
-        body["initContainers"] = [spec(c, r) for c, r in init]
+    # Sidecars first: a plain init container after one is still refused, naming itself.
+    inits = [{**spec(c, r), "restartPolicy": "Always"} for c, r in sidecars or ()] + [spec(c, r) for c, r in init or ()]
+    if inits:
+        body["initContainers"] = inits
     if node:
         body["nodeName"] = node
     meta = {"name": name, "namespace": namespace, "labels": {TEST_LABEL: "1", **(labels or {})}}
@@ -99,7 +102,30 @@ MIXES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
         pod("mix", [("main", {REAL: "1"}), ("dind", {REAL: "1"})], annotations={DIND + "dind": "main"}),
         ('container "dind" is named by the annotation', "remove the resource"),
     ),
+    (
+        "a share in an init container that is not a sidecar",
+        pod("mix", [("app", {})], init=[("warmup", {SHARE4: "1"})]),
+        (f'init container "warmup" asks for {SHARE4}', 'make "warmup" a sidecar (restartPolicy: Always)'),
+    ),
+    (
+        "spot in an init container that is not a sidecar",
+        pod("mix", [("app", {})], init=[("warmup", {SPOT: "1"})]),
+        (f'init container "warmup" asks for {SPOT}', "kubelet does not report the devices"),
+    ),
+    (
+        "a plain init container after a sidecar, both asking for the share the app asks",
+        pod("mix", [("app", {SHARE4: "1"})], sidecars=[("proxy", {SHARE4: "1"})], init=[("warmup", {SHARE4: "1"})]),
+        (f'init container "warmup" asks for {SHARE4}',),
+    ),
+    # The mixes come first, on the node as in the policy.
+    (
+        "a share in a plain init container and the vendor resource in the app",
+        pod("mix", [("app", {REAL: "1"})], init=[("warmup", {SHARE4: "1"})]),
+        (f"asks for {SHARE4} and {REAL}",),
+    ),
     ("one share spec in two containers", pod("ok", [("a", {SHARE4: "1"}), ("b", {SHARE4: "1"})]), ()),
+    ("a share in a sidecar", pod("ok", [("app", {})], sidecars=[("proxy", {SHARE4: "1"})]), ()),
+    ("the vendor resource in a plain init container", pod("ok", [("app", {})], init=[("warmup", {REAL: "1"})]), ()),
     ("spot in two containers", pod("ok", [("a", {SPOT: "1"}), ("b", {SPOT: "1"})]), ()),
     (
         "a sharer with a Docker-in-Docker target",
@@ -142,12 +168,13 @@ def test_each_mix_of_requests_has_one_outcome(
 def node_refusal(manifest: dict[str, Any]) -> str | None:
     """What the node's rule says of this pod, as the agent reads it (every container, init ones too)."""
     spec = manifest["spec"]
+    inits = spec.get("initContainers", ())
     containers = [
-        (c["name"], list((c.get("resources") or {}).get("limits") or {}))
-        for c in (*spec["containers"], *spec.get("initContainers", ()))
+        (c["name"], list((c.get("resources") or {}).get("limits") or {})) for c in (*spec["containers"], *inits)
     ]
+    plain = [c["name"] for c in inits if c.get("restartPolicy") != "Always"]
     pod = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
-    return rules.refused_mix(pod, containers, manifest["metadata"].get("annotations") or {}, [REAL])
+    return rules.refused_mix(pod, containers, manifest["metadata"].get("annotations") or {}, [REAL], plain)
 
 
 OWNER_RECORD = '{"gpushare-system/shadow-x":"0b4c1d0e-0000-4000-8000-000000000000"}'
