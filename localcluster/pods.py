@@ -16,9 +16,13 @@ def pod_manifest(
     annotations: dict[str, str] | None = None,
     containers: list[str] | None = None,
     labels: dict[str, str] | None = None,
+    each: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """A host-network busybox pod that sleeps until TERM (busybox as PID 1 ignores TERM otherwise)."""
-    names = containers or ["app"]
+    """A host-network busybox pod that sleeps until TERM (busybox as PID 1 ignores TERM otherwise).
+
+    ``resources`` are the first container's limits; ``each`` names every container with its own."""
+    names = list(each) if each is not None else containers or ["app"]
+    limits = each if each is not None else {names[0]: resources or {}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -37,9 +41,9 @@ def pod_manifest(
                     "image": BUSYBOX_IMAGE,
                     "imagePullPolicy": "Never",
                     "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
-                    **({"resources": {"limits": dict(resources)}} if resources and i == 0 else {}),
+                    **({"resources": {"limits": dict(limits[c])}} if limits.get(c) else {}),
                 }
-                for i, c in enumerate(names)
+                for c in names
             ],
         },
     }

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpushare import keys
+from localcluster.containerd import Containerd
 from localcluster.cri import CriClient, DeviceSpec, Pod
+from nri_plugin import Injector, Stub
 from tests.harness.devices import FakeDevice
 
 GPU_PATH = "/dev/fakegpu0"
@@ -51,3 +57,22 @@ def probe(cri: CriClient, container_id: str, dev: FakeDevice) -> Seen:
 
 def expected_node(dev: FakeDevice) -> str:
     return f"character special file {dev.major:x}:{dev.minor:x}"
+
+
+@contextlib.contextmanager
+def connected_stub(containerd: Containerd, injector: Injector) -> Iterator[Stub]:
+    """The in-process plugin serving ``injector``, connected to this containerd until the block ends."""
+    stub = Stub(injector, socket_path=containerd.nri_socket)
+    stop = threading.Event()
+    thread = threading.Thread(target=stub.run, args=(stop,), name="gpushare-nri-run")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while stub.connections == 0:
+            assert time.monotonic() < deadline, "the NRI plugin did not connect to containerd"
+            time.sleep(0.05)
+        yield stub
+    finally:
+        stop.set()
+        stub.close()
+        thread.join(10)

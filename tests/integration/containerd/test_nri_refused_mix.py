@@ -10,8 +10,6 @@ gpushare has an instruction for it.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,9 +20,9 @@ from gpushare import keys, rules
 from gpushare.config import load_config
 from localcluster.containerd import Containerd
 from localcluster.cri import CriClient, CriError
-from nri_plugin import Injector, Stub
+from nri_plugin import Injector
 from tests.harness.devices import FakeDevice
-from tests.integration.containerd.common import run_source, same_pod_annotation
+from tests.integration.containerd.common import connected_stub, run_source, same_pod_annotation
 
 SHARE2 = keys.share_resource(keys.KIND_SHARE, 2)
 SHARE4 = keys.share_resource(keys.KIND_SHARE, 4)
@@ -47,20 +45,8 @@ def watched(containerd: Containerd) -> Iterator[dict[str, Any]]:
     """The in-process plugin with pod rules over ``watched`` (the agent's node cache, by "ns/name")."""
     pods: dict[str, Any] = {}
     injector = Injector(load_config(None), pod_rules=CachedPodRules(pods.get, [REAL]))
-    stub = Stub(injector, socket_path=containerd.nri_socket)
-    stop = threading.Event()
-    thread = threading.Thread(target=stub.run, args=(stop,), name="gpushare-nri-run")
-    thread.start()
-    deadline = time.monotonic() + 30
-    while stub.connections == 0:
-        assert time.monotonic() < deadline, "the NRI plugin did not connect to containerd"
-        time.sleep(0.05)
-    try:
+    with connected_stub(containerd, injector):
         yield pods
-    finally:
-        stop.set()
-        stub.close()
-        thread.join(10)
 
 
 def test_every_container_of_a_refused_mix_fails_in_the_policys_words(

@@ -19,8 +19,6 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +39,7 @@ from nri_plugin.decide import Decision
 from nri_plugin.model import ContainerInfo, PodInfo
 from tests.harness.devices import FUSE_MAJOR, FUSE_MINOR
 from tests.harness.podresources_server import PodResourcesServer
+from tests.integration.containerd.common import connected_stub
 
 RESOURCE = "example.com/gpu"
 GPUS = [f"fakegpu{i}" for i in range(4)]
@@ -75,8 +74,6 @@ class Plugin:
     node: Node
     source: str  # how a borrower's decision names where its bundle came from
     stub: Stub
-    stop: threading.Event
-    thread: threading.Thread
 
 
 @pytest.fixture(scope="module")
@@ -115,20 +112,10 @@ def _start(containerd: Containerd, node: Node, *, vendor: bool) -> Iterator[Plug
         lend_state=node.lends,
         on_decision=record,
     )
-    stub = Stub(injector, socket_path=containerd.nri_socket)
-    stop = threading.Event()
-    thread = threading.Thread(target=stub.run, args=(stop,), name="gpushare-nri-run")
-    thread.start()
-    deadline = time.monotonic() + 30
-    while stub.connections == 0:
-        assert time.monotonic() < deadline, "the NRI plugin did not connect to containerd"
-        time.sleep(0.05)
     try:
-        yield Plugin(node, f"vendor:{RESOURCE}" if vendor else "", stub, stop, thread)
+        with connected_stub(containerd, injector) as stub:
+            yield Plugin(node, f"vendor:{RESOURCE}" if vendor else "", stub)
     finally:
-        stop.set()
-        stub.close()
-        thread.join(10)
         podres.close()
 
 

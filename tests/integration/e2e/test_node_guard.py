@@ -28,8 +28,7 @@ import pytest
 from controller.io.podresources import PodResourcesClient
 from gpushare import keys, rules
 from localcluster.agent import FAKE_RESOURCE
-from localcluster.images import BUSYBOX_IMAGE
-from localcluster.pods import sharer
+from localcluster.pods import pod_manifest, sharer
 from tests.harness.worlds.agent_pod import AgentPod
 from tests.integration.e2e.conftest import Env, _clean
 
@@ -52,25 +51,7 @@ Containers = list[tuple[str, dict[str, str]]]
 
 def manifest(name: str, containers: Containers, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A busybox pod whose containers each ask for their own resources (limits)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}, "labels": {"gpushare-e2e": "1"}},
-        "spec": {
-            "hostNetwork": True,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {
-                    "name": c,
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
-                    **({"resources": {"limits": dict(r)}} if r else {}),
-                }
-                for c, r in containers
-            ],
-        },
-    }
+    return pod_manifest(name, namespace=NS, annotations=annotations, each=dict(containers))
 
 
 def rule_of(m: dict[str, Any]) -> str:
