@@ -128,6 +128,58 @@ def test_the_admission_switches() -> None:
     assert bad.returncode != 0 and 'admission.validationActions: "Refuse" is not one of Deny, Warn, Audit' in bad.stderr
 
 
+ENV_CAP = "admission.maxPodEnvBytes"
+
+
+def _env_cap_rule(policy: dict[str, Any]) -> dict[str, Any] | None:
+    found = [v for v in policy["spec"]["validations"] if ENV_CAP in v.get("messageExpression", "")]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def test_the_env_cap_is_the_values_default_and_follows_the_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    pods = _named("ValidatingAdmissionPolicy", "gpushare-pods")
+    rule = _env_cap_rule(pods)
+    assert rule is not None
+    assert rule["expression"].endswith(f"variables.envBytes <= {values['admission']['maxPodEnvBytes']}"), rule
+    # The same count for every kind of container: a sum that left one out would let it through.
+    count = _variable(pods, "envBytes")
+    assert count.startswith("(variables.containers + object.spec.?ephemeralContainers.orValue([])).map(c, "), count
+    assert "initContainers" in _variable(pods, "containers")
+
+    lowered = _helm_template(f"{ENV_CAP}=1000")
+    assert lowered.returncode == 0, lowered.stderr
+    rule = _env_cap_rule(_named("ValidatingAdmissionPolicy", "gpushare-pods", list(yaml.safe_load_all(lowered.stdout))))
+    assert rule is not None and rule["expression"].endswith("variables.envBytes <= 1000"), rule
+    assert "over the 1000 this cluster allows" in rule["messageExpression"], rule
+
+    off = _helm_template(f"{ENV_CAP}=0")
+    assert off.returncode == 0, off.stderr
+    pods = _named("ValidatingAdmissionPolicy", "gpushare-pods", list(yaml.safe_load_all(off.stdout)))
+    assert _env_cap_rule(pods) is None
+    assert "envBytes" not in {v["name"] for v in pods["spec"]["variables"]}
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", '"262144"', "true", "null"])
+def test_a_bad_env_cap_fails_the_render_naming_the_value(value: str) -> None:
+    try:
+        helm = helm_binary()
+    except ClusterUnavailable as exc:
+        pytest.fail(f"{exc}; the chart's values cannot be checked without it")
+    # JSON, so that each arrives as the type it spells, not as what --set makes of it.
+    args = [str(helm), "template", "gpushare", str(CHART), "--show-only", "templates/50-admission.yaml"]
+    proc = subprocess.run(
+        [*args, "--set-json", f"{ENV_CAP}={value}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert f"{ENV_CAP} must be a whole number of bytes, 0 or more" in proc.stderr, proc.stderr
+
+
 def _cel_value(expr: str) -> Any:
     """A literal the chart writes into a policy: JSON, or a CEL map with single-quoted keys."""
     return json.loads(expr.replace("'", '"'))

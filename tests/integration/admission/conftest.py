@@ -78,6 +78,8 @@ class Admission:
     agent: Identity
     agent_unbound: Identity
     side: Path
+    # The release: a test that installs the chart with other values puts the tier's back after it.
+    release: AgentPod
 
     def kubectl(self, who: Identity | None, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """kubectl as ``who`` (None: the cluster's admin); never raises, the caller reads the result."""
@@ -314,6 +316,7 @@ def admission(cluster: Cluster) -> Iterator[Admission]:  # noqa: F811
             agent=_kubeconfig(cluster, side / "agent.kubeconfig", "agent", token=token),
             agent_unbound=_kubeconfig(cluster, side / "agent-unbound.kubeconfig", "agent-unbound", token=unbound),
             side=side,
+            release=agent,
         )
     finally:
         _clean(cluster)
