@@ -13,7 +13,8 @@ under them:
     driver_root       a private directory shaped like an NVIDIA node's / : device nodes with
                       NVIDIA's numbers, versioned libraries, tools, firmware, an ld cache
 
-Not part of the product: the wheel ships gpushare's own packages only.
+Not part of the product: the wheel ships gpushare's own packages only, and an import contract in
+.importlinter keeps the product from importing this.
 
     .venv/bin/python -m fakenvidia root /tmp/fake-nvidia    # build a driver root
     .venv/bin/python -m fakenvidia xid /tmp/fake-nvidia/run/gpushare-mock-nvml/events 3 79
