@@ -2,7 +2,7 @@
 
 NVIDIA's k8s-device-plugin and the NVIDIA Container Toolkit (``nvidia-ctk cdi generate``,
 ``nvidia-container-runtime``, ``nvidia-cdi-hook``) are the real peers; these are the only fakes
-under them:
+under them (docs/fakenvidia.md):
 
     mock_nvml/        libnvidia-ml.so.1 in C: the NVML calls those peers make, on 8 configurable
                       GPUs, with XID health events a test fires through a directory
