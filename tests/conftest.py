@@ -138,7 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Which lane each tier runs in under ``make test`` (about 11 minutes each on a 2-core machine):
 # the session cluster's longest tiers; the CPU-bound unit tiers with the private-cluster ones and
-# the rest of the session cluster's; the QEMU guests with the tiers that start no kubelet.
+# the rest of the session cluster's; the QEMU guests with the tiers that start no kubelet (nvidia:
+# NVIDIA's binaries on the fake driver, a second or two).
 LANES = {
     "admission": "session-cluster",
     "cluster": "session-cluster",
@@ -154,6 +155,7 @@ LANES = {
     "kernel": "guests",
     "failclosed": "guests",
     "kube": "guests",
+    "nvidia": "guests",
 }
 
 
