@@ -288,6 +288,7 @@ class ReconcileLoop:
             allocated=count_allocated(entries, self.cfg.real_resources),
             node=node_rows,
             demand=cluster.demand,
+            blocked=cluster.blocked,
             spot=node.spot,
             evictions=self._applier.evictions(),
             evictions_total=self._applier.evictions_total(),

@@ -70,6 +70,8 @@ class TickReport:
     shadows: tuple[ShadowStatus, ...] = ()
     sharers: tuple[SharerStatus, ...] = ()
     demand: tuple[KeyDemand, ...] = ()
+    # Pending sharers the leader makes no shadow for: no node would take them for other reasons.
+    blocked: tuple[str, ...] = ()
     spot: tuple[GpuSpot, ...] = ()
     evictions: tuple[Eviction, ...] = ()
     evictions_total: Mapping[str, int] = field(default_factory=dict)  # reason -> count since start
@@ -161,6 +163,7 @@ def build_report(
     demand: tuple[KeyDemand, ...],
     spot: tuple[GpuSpot, ...],
     evictions: Sequence[Eviction],
+    blocked: tuple[str, ...] = (),
     evictions_total: Mapping[str, int],
     problems: tuple[str, ...],
     attribution: Attribution | None = None,
@@ -184,6 +187,7 @@ def build_report(
         shadows=shadows,
         sharers=sharers,
         demand=demand,
+        blocked=blocked,
         spot=spot,
         evictions=tuple(evictions),
         evictions_total=dict(evictions_total),

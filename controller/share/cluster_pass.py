@@ -53,6 +53,9 @@ class ClusterPass:
     demand: tuple[KeyDemand, ...] = ()
     empty_since: Mapping[str, float] = field(default_factory=dict)  # timers to store (plan_shadows)
     placing: Mapping[str, Seen] = field(default_factory=dict)  # pass back next time (controller/share/placing.py)
+    # Pending sharers ("ns/name") that ask for no shadow: the scheduler cannot place them for
+    # reasons a shadow cannot cure (cluster_view.blocked_elsewhere).
+    blocked: tuple[str, ...] = ()
 
 
 def plan_cluster(
@@ -81,12 +84,13 @@ def plan_cluster(
         timers,
         placing,
         unplaceable=unschedulable_pods(pending_pods),
-        blocked=blocked_elsewhere(pending_pods),
+        blocked=(blocked := blocked_elsewhere(pending_pods)),
     )
     if any(isinstance(a, DeleteShadow) for a in plan.actions):
         plan = confirm_deletions(cfg, client, plan, cluster=cluster, cached=raw, now=now, timers=timers)
     actions = (*plan.actions, *plan_waiting_events(cluster, unschedulable), *plan_pending_refusals(cluster))
-    return ClusterPass(True, cluster, unschedulable, actions, plan.demand, plan.empty_since, plan.placing)
+    held_back = tuple(sorted({s.facts.ref.key for s in cluster.sharers if s.is_pending and s.facts.ref.key in blocked}))
+    return ClusterPass(True, cluster, unschedulable, actions, plan.demand, plan.empty_since, plan.placing, held_back)
 
 
 def confirm_deletions(

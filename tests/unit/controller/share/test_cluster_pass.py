@@ -77,3 +77,21 @@ def test_no_fresh_lists_without_a_deletion_and_waiting_sharers_learn_why() -> No
     events = [a for a in result.actions if isinstance(a, RecordEvent)]
     assert [(e.ref.key, e.reason) for e in events] == [("default/web", REASON_SHADOW_UNSCHEDULABLE)]
     assert not [a for a in result.actions if isinstance(a, CreateShadow)]  # the stuck shadow has a free slot
+
+
+def test_a_sharer_no_node_would_take_is_reported_and_asks_for_no_shadow() -> None:
+    short_of_cpu = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient gpushare/share-gpu-4. "
+            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+        }
+    ]
+    greedy = pod("greedy", limits=SHARER, conditions=short_of_cpu)
+    waiting = pod("web", limits=SHARER)  # not answered yet: it may be placed once a slot exists
+    plain = pod("plain", conditions=short_of_cpu)  # no sharer: not the leader's to report
+    result = plan_cluster(CFG, FreshLists([]), ((), (greedy, waiting, plain), ()), {}, NOW)
+    assert result.blocked == ("default/greedy",)
+    assert [d.pending for d in result.demand] == [1]  # web's slot only
