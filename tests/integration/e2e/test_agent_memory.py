@@ -1,10 +1,12 @@
 """Pods no node will run cannot push the agent past its memory limit with what they carry.
 
-The leader caches every unscheduled pod of the cluster. Here 30 pods that nothing will ever
-place (a nodeSelector no node has), each carrying 1 MB of environment, are created on the live
-cluster; the agent (the DaemonSet's pod, leader of the one-node cluster) must keep of them only
-what it reads. Its resident memory is read from /proc before and after, and compared with the
-30 MB the pods carry: a cache of whole pods grows by at least that much.
+The leader caches every unscheduled pod of the cluster. Here 120 pods that nothing will ever
+place (a nodeSelector no node has), each carrying 260 kB of environment (just under the admission
+policy's default cap, admission.maxPodEnvBytes; with the policy off a pod may carry more, and the
+count is what no cap bounds), are created on the live cluster; the agent (the DaemonSet's pod,
+leader of the one-node cluster) must keep of them only what it reads. Its resident memory is read
+from /proc before and after, and compared with the 31 MB the pods carry: a cache of whole pods
+grows by at least that much.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 from localcluster.pods import pod_manifest
 from tests.integration.e2e.conftest import Env
 
-PODS = 30
-ENV_BYTES = 1_000_000
+PODS = 120
+ENV_BYTES = 260_000
 
 
 def _rss(pid: int) -> int:
@@ -41,8 +43,8 @@ def test_pending_pods_large_env_do_not_grow_the_agent(e2e: Env) -> None:
     passes = e2e.agent.status()["passes"]
     e2e.wait("the agent settled", lambda: e2e.agent.status()["passes"] >= passes + 3, 30)
     before = _rss(pid)
-    for i in range(PODS):
-        e2e.cluster.kubectl("create", "-f", "-", input=json.dumps(_heavy(f"heavy-{i}")))
+    heavy = {"apiVersion": "v1", "kind": "List", "items": [_heavy(f"heavy-{i}") for i in range(PODS)]}
+    e2e.cluster.kubectl("create", "-f", "-", input=json.dumps(heavy))
     # The pending watch has delivered them all once the leader's passes move on; give it a few.
     passes = e2e.agent.status()["passes"]
     e2e.wait("five passes after the pods", lambda: e2e.agent.status()["passes"] >= passes + 5, 60)

@@ -100,9 +100,12 @@ class Guard:
         assert not orphans, f"{self.mode}: pods hold slots of shadows that hold no GPU any more: {orphans}"
 
     def ever_ran(self, name: str) -> bool:
-        pod = self.env.cluster.pod(name, NS) or {}
-        statuses = (pod.get("status") or {}).get("containerStatuses") or ()
-        return any("running" in (st.get("state") or {}) or st.get("restartCount", 0) for st in statuses)
+        status = (self.env.cluster.pod(name, NS) or {}).get("status") or {}
+        apps = status.get("containerStatuses") or ()
+        inits = status.get("initContainerStatuses") or ()
+        return any("running" in (st.get("state") or {}) or st.get("restartCount", 0) for st in (*apps, *inits)) or any(
+            ((st.get("state") or {}).get("terminated") or {}).get("reason") == "Completed" for st in inits
+        )
 
     def refused_on_the_node(self, m: dict[str, Any], timeout_s: float = 60.0) -> dict[str, str]:
         """Wait until the agent has evicted the pod, checking all along that it never ran and nothing
@@ -332,3 +335,31 @@ def test_sharers_bound_to_the_node_past_the_scheduler_take_free_slots_and_nothin
         if pod.namespace == NS
     }
     assert held == {(name, SHARE4) for name in ("s4", "bound-0", "bound-1", "bound-2")}, held
+
+
+@pytest.mark.parametrize("placeable", [False, True], ids=["no-shadow", "beside-a-shadow"])
+def test_slots_in_a_plain_init_container_are_refused_on_the_node(guard: Guard, placeable: bool) -> None:
+    """kubelet does not report what a plain init container holds, so gpushare could never confirm
+    its slots: the leader tells the pod why and makes no shadow for it; where a shadow could place
+    it, the NRI plugin refuses the init container and the agent evicts the pod."""
+    e = guard.env
+    if placeable:
+        e.start_pods([sharer("s4", n=4)])
+    shadows = {s["metadata"]["uid"] for s in e.shadows()}
+    pod = manifest("staged", [("app", {SHARE4: "2"})])
+    init = dict(pod["spec"]["containers"][0], name="helper", command=["sh", "-c", "true"])
+    pod["spec"]["initContainers"] = [init]
+    why = rules.refused_mix(f"{NS}/staged", [("app", [SHARE4]), ("helper", [SHARE4])], {}, [REAL], ("helper",))
+    assert why is not None and 'init container "helper"' in why
+    guard.create(pod)
+    if placeable:
+        seen = guard.refused_on_the_node(pod)
+        assert why in seen["GpuRequestsRefused"], seen
+    else:
+        e.wait("the leader's refusal", lambda: "GpuRequestsRefused" in events(e, "staged"), 30)
+        assert why in events(e, "staged")["GpuRequestsRefused"]
+        assert not (e.cluster.pod("staged", NS) or {})["spec"].get("nodeName")
+    passes = e.agent.status()["passes"]
+    e.wait("three passes of the agent", lambda: e.agent.status()["passes"] >= passes + 3, 60)
+    assert {s["metadata"]["uid"] for s in e.shadows()} == shadows
+    guard.no_gpu_given_twice()
