@@ -5,7 +5,10 @@ UTS namespace), sit under the harness's private cgroup parent, and get RuntimeDe
 present with SetInParent (enum 0 is otherwise "unset"). Pod annotations go in
 PodSandboxConfig.annotations and container annotations in ContainerConfig.annotations, exactly where
 kubelet puts them, so they reach NRI as PodSandbox.annotations and Container.annotations
-(docs/nri.md). CreateContainer repeats the sandbox config, as kubelet does.
+(docs/nri.md). CreateContainer repeats the sandbox config, as kubelet does. A device plugin's
+Allocate answer goes where kubelet puts it: envs, devices, mounts (read-only as answered, private
+propagation), annotations, and CDI device names in ``CDI_devices``; a pod may name a runtime handler
+(what a RuntimeClass selects).
 """
 
 from __future__ import annotations
@@ -43,6 +46,15 @@ class DeviceSpec:
     container_path: str
     host_path: str
     permissions: str = "rw"
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    """A CRI bind mount as kubelet passes a device plugin's Allocate mount (propagation private)."""
+
+    container_path: str
+    host_path: str
+    readonly: bool = False
 
 
 @dataclass
@@ -144,9 +156,12 @@ class CriClient:
         uid: str | None = None,
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
+        runtime_handler: str = "",
     ) -> Pod:
+        """``runtime_handler``: a runtime of the containerd config by name (empty: its default), as
+        kubelet passes a pod's RuntimeClass; every container of the pod runs on it."""
         config = self.pod_config(name, namespace, uid=uid, annotations=annotations, labels=labels)
-        resp = self._call("RunPodSandbox", pb.RunPodSandboxRequest(config=config))
+        resp = self._call("RunPodSandbox", pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler))
         assert isinstance(resp, pb.RunPodSandboxResponse)
         return Pod(resp.pod_sandbox_id, config)
 
@@ -172,12 +187,15 @@ class CriClient:
         image: str = BUSYBOX_IMAGE,
         envs: Mapping[str, str] | None = None,
         devices: Iterable[DeviceSpec] = (),
+        mounts: Iterable[MountSpec] = (),
+        cdi_devices: Iterable[str] = (),
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         pod: Pod | None = None,
         attempt: int = 0,
     ) -> pb.ContainerConfig:
-        """`attempt` is kubelet's restart counter: the same name may be created again with a new one."""
+        """`attempt` is kubelet's restart counter: the same name may be created again with a new one.
+        `cdi_devices`: fully qualified CDI names (``vendor.com/class=name``) for the runtime to resolve."""
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt),
             image=pb.ImageSpec(image=image),
@@ -187,6 +205,10 @@ class CriClient:
                 pb.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
                 for d in devices
             ],
+            mounts=[
+                pb.Mount(container_path=m.container_path, host_path=m.host_path, readonly=m.readonly) for m in mounts
+            ],
+            CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices],
             labels={"io.kubernetes.container.name": name, **(labels or {})},
             annotations=dict(annotations or {}),
         )

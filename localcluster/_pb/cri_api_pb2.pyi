@@ -19,6 +19,12 @@ class PodSandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SANDBOX_READY: _ClassVar[PodSandboxState]
     SANDBOX_NOTREADY: _ClassVar[PodSandboxState]
 
+class MountPropagation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROPAGATION_PRIVATE: _ClassVar[MountPropagation]
+    PROPAGATION_HOST_TO_CONTAINER: _ClassVar[MountPropagation]
+    PROPAGATION_BIDIRECTIONAL: _ClassVar[MountPropagation]
+
 class ContainerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CONTAINER_CREATED: _ClassVar[ContainerState]
@@ -31,6 +37,9 @@ NODE: NamespaceMode
 TARGET: NamespaceMode
 SANDBOX_READY: PodSandboxState
 SANDBOX_NOTREADY: PodSandboxState
+PROPAGATION_PRIVATE: MountPropagation
+PROPAGATION_HOST_TO_CONTAINER: MountPropagation
+PROPAGATION_BIDIRECTIONAL: MountPropagation
 CONTAINER_CREATED: ContainerState
 CONTAINER_RUNNING: ContainerState
 CONTAINER_EXITED: ContainerState
@@ -295,6 +304,26 @@ class Device(_message.Message):
     permissions: str
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
+class Mount(_message.Message):
+    __slots__ = ("container_path", "host_path", "readonly", "selinux_relabel", "propagation")
+    CONTAINER_PATH_FIELD_NUMBER: _ClassVar[int]
+    HOST_PATH_FIELD_NUMBER: _ClassVar[int]
+    READONLY_FIELD_NUMBER: _ClassVar[int]
+    SELINUX_RELABEL_FIELD_NUMBER: _ClassVar[int]
+    PROPAGATION_FIELD_NUMBER: _ClassVar[int]
+    container_path: str
+    host_path: str
+    readonly: bool
+    selinux_relabel: bool
+    propagation: MountPropagation
+    def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., readonly: _Optional[bool] = ..., selinux_relabel: _Optional[bool] = ..., propagation: _Optional[_Union[MountPropagation, str]] = ...) -> None: ...
+
+class CDIDevice(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
 class LinuxContainerSecurityContext(_message.Message):
     __slots__ = ("privileged", "namespace_options", "readonly_rootfs", "no_new_privs", "seccomp")
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
@@ -316,7 +345,7 @@ class LinuxContainerConfig(_message.Message):
     def __init__(self, security_context: _Optional[_Union[LinuxContainerSecurityContext, _Mapping]] = ...) -> None: ...
 
 class ContainerConfig(_message.Message):
-    __slots__ = ("metadata", "image", "command", "args", "working_dir", "envs", "devices", "labels", "annotations", "log_path", "linux")
+    __slots__ = ("metadata", "image", "command", "args", "working_dir", "envs", "mounts", "devices", "labels", "annotations", "log_path", "linux", "CDI_devices")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -337,23 +366,27 @@ class ContainerConfig(_message.Message):
     ARGS_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     ENVS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     LINUX_FIELD_NUMBER: _ClassVar[int]
+    CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
     metadata: ContainerMetadata
     image: ImageSpec
     command: _containers.RepeatedScalarFieldContainer[str]
     args: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
     envs: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
     log_path: str
     linux: LinuxContainerConfig
-    def __init__(self, metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., envs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., linux: _Optional[_Union[LinuxContainerConfig, _Mapping]] = ...) -> None: ...
+    CDI_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
+    def __init__(self, metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., envs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., linux: _Optional[_Union[LinuxContainerConfig, _Mapping]] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ...) -> None: ...
 
 class CreateContainerRequest(_message.Message):
     __slots__ = ("pod_sandbox_id", "config", "sandbox_config")
