@@ -6,6 +6,11 @@ only the socket's name. So it runs in a mount namespace of its own where /var/li
 and that directory is a bind mount of the peer's, as localcluster runs kubelet
 (localcluster/component_config.py): the peer finds the plugin's socket next to its own, and this
 machine's /var/lib is never touched.
+
+With a CDI ``--device-list-strategy`` the plugin also writes its own CDI spec (kind
+``k8s.device-plugin.nvidia.com/gpu``) to ``/var/run/cdi``, a path compiled in too
+(``internal/cdi/cdi.go``); given ``cdi_dir``, the namespace puts a private tmpfs on /run and that
+directory at /run/cdi, so the spec lands there and this machine's /run is never touched.
 """
 
 from __future__ import annotations
@@ -23,12 +28,18 @@ RESOURCE = "nvidia.com/gpu"
 SYSTEM_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 
 # $1: the peer's directory; the rest: the plugin's argv. Only this namespace sees the mounts.
-_NAMESPACE_SCRIPT = (
+_PLUGIN_DIR_MOUNTS = (
     "set -e; "
     "mount -t tmpfs -o mode=0755,size=1m gs-nvidia-varlib /var/lib; "
     f"mkdir -p {SYSTEM_PLUGIN_DIR}; "
     f'mount --bind "$1" {SYSTEM_PLUGIN_DIR}; '
-    'shift; exec "$@"'
+)
+_NAMESPACE_SCRIPT = _PLUGIN_DIR_MOUNTS + 'shift; exec "$@"'
+# The same, and $2 at /run/cdi (/var/run is a link to /run).
+_NAMESPACE_SCRIPT_CDI = (
+    _PLUGIN_DIR_MOUNTS
+    + "mount -t tmpfs -o mode=0755,size=1m gs-nvidia-run /run; mkdir /run/cdi; "
+    + 'mount --bind "$2" /run/cdi; shift 2; exec "$@"'
 )
 
 
@@ -60,21 +71,25 @@ def device_plugin(
     log: Path,
     *flags: str,
     env: dict[str, str] | None = None,
+    cdi_dir: str | None = None,
 ) -> Iterator[PluginProcess]:
     """The plugin for ``root``'s GPUs, registering with the peer serving ``plugin_dir``.
 
     ``--container-driver-root`` is where the plugin itself finds ``libnvidia-ml.so.1`` (a process on
     the host gives the root itself); ``--driver-root`` is the host path it would put in CDI specs.
+    ``cdi_dir``: where the plugin's /var/run/cdi is, for the CDI strategies (None: the plugin's
+    namespace leaves /run as the host's, for strategies that write no spec).
     """
+    namespace = [_NAMESPACE_SCRIPT, "gs-nvidia-dp", plugin_dir]
+    if cdi_dir is not None:
+        namespace = [_NAMESPACE_SCRIPT_CDI, "gs-nvidia-dp", plugin_dir, cdi_dir]
     argv = [
         "unshare",
         "--mount",  # and private propagation, unshare's default: nothing goes back to the host
         "--",
         "/bin/sh",
         "-c",
-        _NAMESPACE_SCRIPT,
-        "gs-nvidia-dp",
-        plugin_dir,
+        *namespace,
         str(nvidia.device_plugin),
         f"--driver-root={root.path}",
         f"--container-driver-root={root.path}",
