@@ -12,8 +12,9 @@ create it from the device plugin's Allocate answer, and whose ``dind`` asks gpus
 for main's GPU. It prints whether dind's GPU part (devices, device-cgroup rules, driver mounts,
 NVIDIA_/CUDA_ env, hooks, read from runc's own config.json) equals main's, and the diff: ``-`` what
 the target lacks, ``+`` what it has beyond, ``~`` what it has otherwise. ``--parts`` also prints
-each exclusive part, the same container as NRI showed it to gpushare (before any runtime's
-rewrite: what a plugin can copy from it) and the Allocate answers; ``--json`` writes everything for a later look.
+each exclusive and target part, the exclusive container as NRI showed it to gpushare (before any
+runtime's rewrite: what a plugin can copy from it) and the Allocate answers; ``--json`` writes
+everything for a later look.
 
 Everything is the real software (NVIDIA's binaries as ``make deps`` builds them, containerd 1.7.24
 and 2.4.2, runc) on fakenvidia's driver root; see tests/integration/nvidia/gpu_parts.py for the set-up
@@ -102,6 +103,9 @@ def _print(m: Measurement, *, parts: bool) -> None:
     if parts:
         print("  exclusive part:")
         print("\n".join(f"    {line}" for line in m.exclusive.lines()))
+        if m.target is not None:
+            print("  target part:")
+            print("\n".join(f"    {line}" for line in m.target.lines()))
         print("  the exclusive container as NRI showed it to gpushare (what a plugin can copy on this containerd):")
         print("\n".join(f"    {line}" for line in m.source_view.lines()))
         print("\n".join(f"    CDI device {name}" for name in m.source_cdi_devices))
