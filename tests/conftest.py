@@ -139,7 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # Which lane each tier runs in under ``make test`` (about 11 minutes each on a 2-core machine):
 # the session cluster's longest tiers; the CPU-bound unit tiers with the private-cluster ones and
 # the rest of the session cluster's; the QEMU guests with the tiers that start no kubelet (nvidia:
-# NVIDIA's binaries on the fake driver, a second or two).
+# NVIDIA's binaries on the fake driver and two private containerds, about 20 s).
 LANES = {
     "admission": "session-cluster",
     "cluster": "session-cluster",
