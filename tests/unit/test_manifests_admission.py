@@ -161,7 +161,7 @@ def test_the_env_cap_is_the_values_default_and_follows_the_value() -> None:
     assert "envBytes" not in {v["name"] for v in pods["spec"]["variables"]}
 
 
-@pytest.mark.parametrize("value", ["-1", "1.5", '"262144"', "true", "null"])
+@pytest.mark.parametrize("value", ["-1", "1.5", '"262144"', "true", "null", "16777217", "1e300"])
 def test_a_bad_env_cap_fails_the_render_naming_the_value(value: str) -> None:
     try:
         helm = helm_binary()
@@ -177,7 +177,7 @@ def test_a_bad_env_cap_fails_the_render_naming_the_value(value: str) -> None:
         timeout=120,
     )
     assert proc.returncode != 0, proc.stdout
-    assert f"{ENV_CAP} must be a whole number of bytes, 0 or more" in proc.stderr, proc.stderr
+    assert f"{ENV_CAP} must be a whole number of bytes, 0 or more and at most 16777216" in proc.stderr, proc.stderr
 
 
 def _cel_value(expr: str) -> Any:
