@@ -41,6 +41,7 @@ from gpushare import keys
 from gpushare.config import METRICS_ACCESS_RBAC, Config
 from gpushare.log import kv
 from nri_plugin import Injector, Stub
+from nri_plugin.gpu_parts import NodeGpuParts
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +127,16 @@ class Agent:
     def _injector(self, cfg: Config, spot_sources: Mapping[str, str] | None) -> Injector:
         """The NRI plugin: for a spot borrower, the vendor's own Allocate answer for the lent GPU, else
         kubelet's holder of it, and only while the lend is active (design §8; docs/nri.md)."""
+        gpu_parts = NodeGpuParts.from_config(cfg)
         resolver = VendorAllocateResolver(
-            cfg.kubelet.device_plugin_dir, visibility_env=cfg.visibility_env, sockets=spot_sources
+            cfg.kubelet.device_plugin_dir,
+            visibility_env=cfg.visibility_env,
+            cdi_registry=lambda: gpu_parts.registry,
+            sockets=spot_sources,
         )
         return Injector(
             cfg,
+            gpu_parts=gpu_parts,
             oracle=self.podresources,
             resolver=resolver,
             holders=KubeletHolders(self.podresources),

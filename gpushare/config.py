@@ -46,6 +46,9 @@ DEFAULT_VISIBILITY_ENV: tuple[str, ...] = (
     "FAKE_VISIBLE_DEVICES",
 )
 
+DEFAULT_DEVICE_LIST_DIRS: tuple[str, ...] = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
+DEFAULT_CDI_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+
 # Who may read /metrics from off the node (docs/security.md, "The agent's endpoint").
 METRICS_ACCESS_RBAC = "rbac"
 METRICS_ACCESS_OPEN = "open"
@@ -119,6 +122,13 @@ class Config:
     dev_share_specs: tuple[int, ...] = (2, 4, 8, 16)
     real_resources: tuple[str, ...] = DEFAULT_REAL_RESOURCES
     visibility_env: tuple[str, ...] = DEFAULT_VISIBILITY_ENV
+    # A vendor that lists a container's GPUs as mounts in a directory (NVIDIA's device plugin in its
+    # volume-mounts strategy, read by nvidia-container-runtime): such mounts are the GPU's, and a
+    # sharer, borrower or DinD target gets them (docs/nvidia.md).
+    device_list_dirs: tuple[str, ...] = DEFAULT_DEVICE_LIST_DIRS
+    # Where the node's CDI specs are (containerd's cdi_spec_dirs): what they give a container is
+    # the GPU's, never the tenant's, so gpushare carries it (docs/nvidia.md).
+    cdi_spec_dirs: tuple[str, ...] = DEFAULT_CDI_SPEC_DIRS
     warm_shadows: int = 0
     # Design §3: shadows need a high PriorityClass (created by the manifests) and an image whose
     # entrypoint sleeps until TERM (the kubelet's pause image does exactly that).
@@ -220,6 +230,12 @@ def _check_abs_path(value: str) -> None:
         raise ValueError("must be an absolute path, e.g. /sys/fs/cgroup")
 
 
+def _check_abs_paths(values: tuple[str, ...]) -> None:
+    for v in values:
+        if not v.startswith("/") or "\0" in v or v.rstrip("/") == "":
+            raise ValueError(f"{v!r} is not an absolute directory path other than /")
+
+
 def _check_metrics_access(value: str) -> None:
     if value not in METRICS_ACCESS_MODES:
         raise ValueError(
@@ -243,6 +259,8 @@ _VALIDATORS: dict[str, Callable[[Any], None]] = {
     "dev_share_specs": _check_specs,
     "real_resources": _check_resources,
     "visibility_env": _check_env_names,
+    "device_list_dirs": _check_abs_paths,
+    "cdi_spec_dirs": _check_abs_paths,
     "warm_shadows": _check_nonneg,
     "idle_threshold_pct": _check_pct,
     "max_block_ms": _check_max_block,

@@ -2,20 +2,30 @@
 
 Learned from Synchronize (full replace) and every CreateContainer; forgotten on RemoveContainer
 and RemovePodSandbox. Readers take the current view without locking (an attribute read is
-atomic) and never see a half-applied update; writers hold the lock only to swap.
+atomic) and never see a half-applied update; writers hold the lock only to swap. Each container
+is recorded as its GPU part only (``GpuPartRule``), so the cache never holds a tenant's
+variables or volumes.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from nri_plugin.model import ContainerInfo, PodInfo, RuntimeView, SourceRecord, build_runtime_view, record_of
+from nri_plugin.model import (
+    ContainerInfo,
+    GpuPartRule,
+    PodInfo,
+    RuntimeView,
+    SourceRecord,
+    build_runtime_view,
+    record_of,
+)
 
 
 class BundleCache:
-    def __init__(self, visibility_env: Iterable[str]) -> None:
-        self._visibility_env = tuple(visibility_env)
+    def __init__(self, rule: Callable[[], GpuPartRule]) -> None:
+        self._rule = rule
         self._lock = threading.Lock()
         self._view = RuntimeView()
 
@@ -24,10 +34,10 @@ class BundleCache:
         return self._view
 
     def record(self, container: ContainerInfo, *, recipient: bool = False) -> SourceRecord:
-        return record_of(container, self._visibility_env, recipient=recipient)
+        return record_of(container, self._rule(), recipient=recipient)
 
     def replace_all(self, pods: Iterable[PodInfo], containers: Iterable[ContainerInfo]) -> None:
-        view = build_runtime_view(pods, containers, self._visibility_env)
+        view = build_runtime_view(pods, containers, self._rule())
         with self._lock:
             self._view = view
 

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from nri_plugin._pb import nri_pb2
-from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, parse_env
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, Hook, Mount, PodInfo, parse_env
+
+# NRI's Hooks fields by OCI's stage names, in OCI's order.
+HOOK_FIELDS = (
+    ("prestart", "prestart"),
+    ("createRuntime", "create_runtime"),
+    ("createContainer", "create_container"),
+    ("startContainer", "start_container"),
+    ("poststart", "poststart"),
+    ("poststop", "poststop"),
+)
 
 
 def pod_info(pod: nri_pb2.PodSandbox) -> PodInfo:
@@ -29,6 +39,24 @@ def device(d: nri_pb2.LinuxDevice) -> DeviceNode:
     )
 
 
+def mount(m: nri_pb2.Mount) -> Mount:
+    return Mount(destination=m.destination, source=m.source, type=m.type, options=tuple(m.options))
+
+
+def hooks(h: nri_pb2.Hooks) -> tuple[Hook, ...]:
+    return tuple(
+        Hook(
+            stage=stage,
+            path=x.path,
+            args=tuple(x.args),
+            env=tuple(x.env),
+            timeout=x.timeout.value if x.HasField("timeout") else None,
+        )
+        for stage, name in HOOK_FIELDS
+        for x in getattr(h, name)
+    )
+
+
 def container_info(ctr: nri_pb2.Container) -> ContainerInfo:
     return ContainerInfo(
         id=ctr.id,
@@ -37,6 +65,9 @@ def container_info(ctr: nri_pb2.Container) -> ContainerInfo:
         annotations=dict(ctr.annotations),
         env=parse_env(ctr.env),
         devices=tuple(device(d) for d in ctr.linux.devices),
+        mounts=tuple(mount(m) for m in ctr.mounts),
+        hooks=hooks(ctr.hooks),
+        cdi_devices=tuple(d.name for d in ctr.CDI_devices),
     )
 
 
@@ -51,6 +82,13 @@ def linux_device(d: DeviceNode) -> nri_pb2.LinuxDevice:
     return out
 
 
+def _hook(h: Hook) -> nri_pb2.Hook:
+    out = nri_pb2.Hook(path=h.path, args=list(h.args), env=list(h.env))
+    if h.timeout is not None:
+        out.timeout.value = h.timeout
+    return out
+
+
 def adjustment(bundle: Bundle) -> nri_pb2.ContainerAdjustment:
     """A ContainerAdjustment that only adds (no '-' removal markers, ever)."""
     adj = nri_pb2.ContainerAdjustment()
@@ -60,6 +98,13 @@ def adjustment(bundle: Bundle) -> nri_pb2.ContainerAdjustment:
         adj.env.append(nri_pb2.KeyValue(key=key, value=value))
     for key, value in bundle.annotations:
         adj.annotations[key] = value
+    for m in bundle.mounts:
+        adj.mounts.append(nri_pb2.Mount(destination=m.destination, type=m.type, source=m.source, options=m.options))
+    fields = dict(HOOK_FIELDS)
+    for h in bundle.hooks:
+        getattr(adj.hooks, fields[h.stage]).append(_hook(h))
+    for name in bundle.cdi_devices:
+        adj.CDI_devices.append(nri_pb2.CDIDevice(name=name))
     return adj
 
 
@@ -76,4 +121,7 @@ def with_adjustment(info: ContainerInfo, added: Bundle) -> ContainerInfo:
         annotations=annotations,
         env=tuple(env.items()),
         devices=info.devices + added.devices,
+        mounts=info.mounts + added.mounts,
+        hooks=info.hooks + added.hooks,
+        cdi_devices=info.cdi_devices + added.cdi_devices,
     )

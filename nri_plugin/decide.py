@@ -32,9 +32,10 @@ from __future__ import annotations
 import contextlib
 import posixpath
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpushare import keys, rules
+from gpushare.cdi import CdiRegistry
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.errors import (
     REFUSED_CONFLICT,
@@ -49,7 +50,7 @@ from gpushare.errors import (
 )
 from gpushare.ids import parse_spot_id, parse_virtual_id_or_none
 from nri_plugin.device_rules import gpu_nodes
-from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, SourceRecord
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, Mount, PodInfo, RuntimeView, SourceRecord
 from nri_plugin.oracle import Holder
 
 RETRY_HINT = "kubelet retries container creation with back-off, so the pod converges once it exists"
@@ -162,19 +163,26 @@ def usable_devices(devices: tuple[DeviceNode, ...]) -> tuple[tuple[DeviceNode, .
 
 
 def _source_bundle(source: SourceRecord, what: str) -> tuple[Bundle, tuple[str, ...]]:
-    devices, skipped = usable_devices(source.bundle.devices)
-    if not devices:
+    """The source's GPU part: its usable device nodes, and what its vendor stack gave it besides.
+
+    A source without device nodes still holds a GPU when the runtime adds the nodes later from
+    what it was given (NVIDIA's runtime reads the visibility variable or the device-list mounts at
+    start) or containerd does (CDI names): the target gets the same request, and the same runtime
+    gives it the same GPU."""
+    part = source.bundle
+    devices, skipped = usable_devices(part.devices)
+    if not (devices or part.env or part.mounts or part.cdi_names()):
         detail = f" (skipped: {', '.join(skipped)})" if skipped else ""
         raise InstructionRefused(
-            f"gpushare: {what} holds no character device under /dev{detail}; only character devices under "
-            "/dev that the source really holds are injected (design §8)",
+            f"gpushare: {what} holds no GPU: no character device under /dev{detail}, no visibility variable, "
+            "no device-list mount and no CDI device; only what the source really holds is injected (design §8)",
             reason=REFUSED_DEVICES_UNKNOWN,
         )
-    return Bundle(devices, source.bundle.env, source.bundle.annotations), skipped
+    return replace(part, devices=devices), skipped
 
 
 def _added(bundle: Bundle, target: ContainerInfo) -> Bundle:
-    """What the target does not already have. Never removes; refuses to replace a device."""
+    """What the target does not already have. Never removes; refuses to replace a device or a mount."""
     have = {d.path: d for d in target.devices}
     devices = []
     for d in bundle.devices:
@@ -187,10 +195,55 @@ def _added(bundle: Bundle, target: ContainerInfo) -> Bundle:
                 f"the source's is {d.type} {d.major}:{d.minor}; gpushare adds devices but never replaces one",
                 reason=REFUSED_CONFLICT,
             )
+    mounted = {m.destination: m for m in target.mounts}
+    mounts = []
+    for m in bundle.mounts:
+        old_mount = mounted.get(m.destination)
+        if old_mount is None:
+            mounts.append(m)
+        elif old_mount.source != m.source:
+            raise InstructionRefused(
+                f"gpushare: container {target.name!r} already mounts {old_mount.source} at {m.destination}, the "
+                f"source's GPU mounts {m.source} there; gpushare adds mounts but never replaces one",
+                reason=REFUSED_CONFLICT,
+            )
     env_have = dict(target.env)
     env = tuple((k, v) for k, v in bundle.env if env_have.get(k) != v)
     annotations = tuple((k, v) for k, v in bundle.annotations if target.annotations.get(k) != v)
-    return Bundle(tuple(devices), env, annotations)
+    hooks_have = {h.key for h in target.hooks}
+    hooks = tuple(h for h in bundle.hooks if h.key not in hooks_have)
+    cdi_devices = tuple(n for n in bundle.cdi_devices if n not in target.cdi_devices)
+    return Bundle(tuple(devices), env, annotations, tuple(mounts), hooks, cdi_devices)
+
+
+def for_runtime(added: Bundle, registry: CdiRegistry, *, takes_cdi_devices: bool) -> Bundle:
+    """The adjustment as the runtime can apply it, so the target gets what the source got, once.
+
+    - The runtime resolves CDI names in an adjustment (containerd 2.x) and the node's specs know
+      every name: the names go, and nothing their edits make (nodes, mounts, hooks, variables),
+      so containerd applies exactly the source's edits, device-cgroup ``rwm`` rules included.
+    - Otherwise (containerd 1.7, or a name this node's specs lack) the names are dropped and the
+      source's copied edits go as they are, with ``rw`` rules: NRI v0.6.1 cannot grant ``m``.
+    - A ``cdi.k8s.io/`` annotation goes only when nothing else carries its devices (containerd
+      did not resolve it for the source either), so a runtime in CDI mode cannot apply the same
+      edits a second time.
+    """
+    names = added.cdi_names()
+    covered = registry.edits_of(names) if names else None
+    if takes_cdi_devices and covered is not None:
+        nodes = {n.path for n in covered.device_nodes}
+        mounts = {m.container_path for m in covered.mounts}
+        hooks = {h.key for h in covered.hooks}
+        return Bundle(
+            devices=tuple(d for d in added.devices if d.path not in nodes),
+            env=tuple((k, v) for k, v in added.env if k not in covered.env_names),
+            annotations=(),
+            mounts=tuple(m for m in added.mounts if m.destination not in mounts),
+            hooks=tuple(h for h in added.hooks if h.key not in hooks),
+            cdi_devices=names,
+        )
+    resolved = covered is not None and {n.path for n in covered.device_nodes} <= {d.path for d in added.devices}
+    return replace(added, cdi_devices=(), annotations=() if resolved else added.annotations)
 
 
 def decide(
@@ -360,19 +413,20 @@ def _check_lends(wanted: list[str], pod: PodInfo, lends: Mapping[str, str | None
 
 
 def _vendor_bundle(vendor: Bundle, resource: str, ids: tuple[str, ...]) -> tuple[Bundle, tuple[str, ...]]:
-    """The vendor's own answer: its usable nodes; env and CDI annotations as it gave them.
+    """The vendor's own answer: its usable nodes, and its variables, mounts, hooks, CDI names and
+    annotations as it gave them (``controller.io.vendor_allocate`` keeps only the GPU's).
 
-    A vendor whose runtime hook adds the nodes (NVIDIA's envvar strategy) answers with a
-    visibility variable alone, so an answer without nodes is fine while it names something."""
+    A vendor whose runtime adds the nodes (NVIDIA's envvar and volume-mounts strategies) or whose
+    CDI names do answers without nodes, so such an answer is fine while it names something."""
     devices, skipped = usable_devices(vendor.devices)
-    if not (devices or vendor.env or vendor.annotations):
+    if not (devices or vendor.env or vendor.mounts or vendor.cdi_names()):
         detail = f" (skipped: {', '.join(skipped)})" if skipped else ""
         raise InstructionRefused(
             f"gpushare: the vendor device plugin's Allocate answer for {resource} {list(ids)} gives no usable "
-            f"device node, visibility variable or CDI annotation{detail}; refused (docs/nri.md)",
+            f"device node, visibility variable, device-list mount or CDI device{detail}; refused (docs/nri.md)",
             reason=REFUSED_DEVICES_UNKNOWN,
         )
-    return Bundle(devices, vendor.env, vendor.annotations), skipped
+    return replace(vendor, devices=devices), skipped
 
 
 def _holder_bundle(
@@ -407,7 +461,7 @@ def _holder_bundle(
             )
         devices, skip = usable_devices(record.bundle.devices)
         nodes = gpu_nodes(resource, lent, holder.ids, devices, holder.ref)
-        bundle = bundle.merged(Bundle(nodes, (), _lent_cdi(record, holder, lent)))
+        bundle = bundle.merged(_lent_part(record, holder, lent, nodes))
         for name in _naming_allocation(record.bundle.env, holder.ids):
             env.setdefault(name, []).extend(lent)
         skipped.extend(skip)
@@ -422,6 +476,28 @@ def _naming_allocation(env: tuple[tuple[str, str], ...], allocated: frozenset[st
     return [name for name, value in env if frozenset(p.strip() for p in value.split(",")) == allocated]
 
 
-def _lent_cdi(record: SourceRecord, holder: Holder, lent: list[str]) -> tuple[tuple[str, str], ...]:
-    """CDI annotations name the holder's whole allocation: carried only when all of it is lent."""
-    return record.bundle.annotations if frozenset(lent) == holder.ids else ()
+def _lent_part(record: SourceRecord, holder: Holder, lent: list[str], nodes: tuple[DeviceNode, ...]) -> Bundle:
+    """The lent GPUs' share of the holder's part besides the variables.
+
+    Its device-list mounts name one GPU each (by the file name): only the lent ones travel. Its
+    CDI names and annotations name the holder's whole allocation, so they travel only when all of
+    it is lent. Its other mounts and hooks come from CDI specs and are the driver's (libraries,
+    ld cache, symlinks), the same for every GPU of the node: they travel whole."""
+    whole = frozenset(lent) == holder.ids
+    lent_names = frozenset(lent)
+    part = record.bundle
+    mounts = tuple(
+        m for m in part.mounts if posixpath.basename(m.destination) in lent_names or not _is_device_list(m, holder)
+    )
+    return Bundle(
+        devices=nodes,
+        annotations=part.annotations if whole else (),
+        mounts=mounts,
+        hooks=part.hooks,
+        cdi_devices=part.cdi_devices if whole else (),
+    )
+
+
+def _is_device_list(mount: Mount, holder: Holder) -> bool:
+    """A mount that names one of the holder's GPUs by its file name (a device-list entry)."""
+    return posixpath.basename(mount.destination) in holder.ids

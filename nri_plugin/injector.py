@@ -21,14 +21,33 @@ from gpushare.log import kv
 from nri_plugin import convert
 from nri_plugin._pb import nri_pb2
 from nri_plugin.bundles import BundleCache
-from nri_plugin.decide import Decision, RealIds, confirmed_real_ids, decide, find_instruction, is_cross_pod
+from nri_plugin.decide import (
+    Decision,
+    RealIds,
+    confirmed_real_ids,
+    decide,
+    find_instruction,
+    for_runtime,
+    is_cross_pod,
+)
 from nri_plugin.errors import OracleUnavailable
+from nri_plugin.gpu_parts import NodeGpuParts
 from nri_plugin.model import Bundle, ContainerInfo, PodInfo
 from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState, PodRules
 
 log = logging.getLogger(__name__)
 
 OnDecision = Callable[[str, PodInfo, ContainerInfo, "Decision | None", float], None]
+
+
+def takes_cdi_devices(runtime_name: str, runtime_version: str) -> bool:
+    """Whether the runtime applies an adjustment's CDI device names: containerd from 2.0 (NRI
+    v0.8). containerd 1.7 (NRI v0.6.1) drops the field unread, and an unknown runtime gets the
+    edits themselves, which every NRI version applies."""
+    if runtime_name != "containerd":
+        return False
+    major = runtime_version.removeprefix("v").split(".", 1)[0]
+    return major.isdigit() and int(major) >= 2
 
 
 class Injector:
@@ -44,11 +63,15 @@ class Injector:
         lend_state: LendState | None = None,
         pod_rules: PodRules | None = None,
         cache: BundleCache | None = None,
+        gpu_parts: NodeGpuParts | None = None,
         on_decision: OnDecision | None = None,
         on_refusal: Callable[[str], None] | None = None,
         keep_timings: int = 100_000,
     ) -> None:
-        self.cache = cache if cache is not None else BundleCache(config.visibility_env)
+        self.gpu_parts = gpu_parts if gpu_parts is not None else NodeGpuParts.from_config(config)
+        self.cache = cache if cache is not None else BundleCache(self.gpu_parts.rule)
+        # Whether the runtime applies CDI names in an adjustment; learnt at Configure.
+        self.takes_cdi_devices = False
         self._oracle = oracle
         self._resolver = resolver
         self._holders = holders
@@ -59,6 +82,13 @@ class Injector:
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
 
     # --- NRI events (the Stub derives the subscription mask from these method names) ---
+
+    def configure(self, req: nri_pb2.ConfigureRequest) -> None:
+        self.takes_cdi_devices = takes_cdi_devices(req.runtime_name, req.runtime_version)
+        log.info(
+            "nri: runtime",
+            extra=kv(runtime=req.runtime_name, version=req.runtime_version, cdi_adjustments=self.takes_cdi_devices),
+        )
 
     def synchronize(self, pods: Iterable[nri_pb2.PodSandbox], containers: Iterable[nri_pb2.Container]) -> None:
         self.cache.replace_all((convert.pod_info(p) for p in pods), (convert.container_info(c) for c in containers))
@@ -93,7 +123,11 @@ class Injector:
             if self._on_refusal is not None:
                 self._on_refusal(exc.reason)
             raise
-        added = decision.adjustment if decision is not None else Bundle()
+        added = (
+            for_runtime(decision.adjustment, self.gpu_parts.registry, takes_cdi_devices=self.takes_cdi_devices)
+            if decision is not None
+            else Bundle()
+        )
         # Remember the container as it will be created, so it can itself be a source (chains).
         # A container we gave devices to is a recipient: it may be a same-pod source, never a holder.
         self.cache.add(pod_info, convert.with_adjustment(info, added), recipient=decision is not None)
@@ -110,6 +144,9 @@ class Injector:
                     source=decision.source,
                     devices=len(added.devices),
                     env=len(added.env),
+                    mounts=len(added.mounts),
+                    hooks=len(added.hooks),
+                    cdi_devices=len(added.cdi_devices),
                     skipped=len(decision.skipped),
                     took_ms=round(took_ms, 3),
                     cpu_ms=round(cpu_ms, 3),

@@ -1,4 +1,4 @@
-"""Plain data the decision code works on: pods, containers, bundles and the runtime's indexed view.
+"""Plain data the decision code works on: pods, containers, GPU parts (bundles) and the runtime's indexed view.
 
 Pure: no sockets, threads or clock. ``RuntimeView`` is immutable; every update returns a new one,
 which ``BundleCache`` swaps in under its lock.
@@ -6,10 +6,15 @@ which ``BundleCache`` swaps in under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from gpushare import keys
+from gpushare.cdi import CdiRegistry, parse_annotation_value
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -26,29 +31,133 @@ class DeviceNode:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A mount as the runtime sees it (NRI ``Mount``)."""
+
+    destination: str
+    source: str
+    type: str = ""
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hook:
+    """An OCI hook (NRI ``Hook``) with its stage, by OCI's name (``createContainer``, ...)."""
+
+    stage: str
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, tuple[str, ...]]:
+        """What makes two hooks the same hook (a CDI spec's hook has the same key)."""
+        return (self.stage, self.path, self.args)
+
+
+def _union(first: tuple[_T, ...], second: tuple[_T, ...], key: Callable[[_T], object]) -> tuple[_T, ...]:
+    seen = {key(x): x for x in first}
+    for x in second:
+        seen.setdefault(key(x), x)
+    return tuple(seen.values())
+
+
+@dataclass(frozen=True)
 class Bundle:
-    """What a container was given: device nodes, visibility variables, CDI annotations."""
+    """A container's GPU part: device nodes, visibility variables, CDI annotations, and the mounts,
+    hooks and CDI device names its vendor stack gave it (``GpuPartRule`` says which those are)."""
 
     devices: tuple[DeviceNode, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
 
     def merged(self, other: Bundle) -> Bundle:
-        """Union, first occurrence wins (by device path, env name, annotation key)."""
-        devices = {d.path: d for d in self.devices}
-        for d in other.devices:
-            devices.setdefault(d.path, d)
-        env = dict(self.env)
-        for k, v in other.env:
-            env.setdefault(k, v)
-        ann = dict(self.annotations)
-        for k, v in other.annotations:
-            ann.setdefault(k, v)
-        return Bundle(tuple(devices.values()), tuple(env.items()), tuple(ann.items()))
+        """Union, first occurrence wins (by device path, env name, annotation key, mount
+        destination, hook); hooks keep their order, which runc runs them in."""
+        return Bundle(
+            _union(self.devices, other.devices, lambda d: d.path),
+            _union(self.env, other.env, lambda kv: kv[0]),
+            _union(self.annotations, other.annotations, lambda kv: kv[0]),
+            _union(self.mounts, other.mounts, lambda m: m.destination),
+            _union(self.hooks, other.hooks, lambda h: h.key),
+            _union(self.cdi_devices, other.cdi_devices, lambda n: n),
+        )
 
     @property
     def is_empty(self) -> bool:
-        return not (self.devices or self.env or self.annotations)
+        return not (self.devices or self.env or self.annotations or self.mounts or self.hooks or self.cdi_devices)
+
+    def cdi_names(self) -> tuple[str, ...]:
+        """The CDI devices this part names: the CRI request's, then its ``cdi.k8s.io/`` annotations'."""
+        named = list(self.cdi_devices)
+        for _, value in self.annotations:
+            named.extend(parse_annotation_value(value))
+        return tuple(dict.fromkeys(named))
+
+
+@dataclass(frozen=True)
+class GpuPartRule:
+    """Which of a container's variables, mounts and hooks are its GPU's, not its tenant's.
+
+    Device nodes are all recorded (the decision filters them, so a refusal can name what it
+    skipped). Variables: those named in ``visibility_env``, and any a CDI spec of the node sets to
+    the same value. Mounts: the vendor's device lists (a mount under a ``device_list_dirs``
+    directory, NVIDIA's ``volume-mounts`` strategy) and any mount a CDI spec makes, same source
+    and destination. Hooks: any a CDI spec makes. A tenant's volume or variable is never a GPU's.
+    """
+
+    visibility_env: frozenset[str] = frozenset()
+    device_list_dirs: tuple[str, ...] = ()
+    cdi: CdiRegistry = field(default_factory=CdiRegistry)
+
+    @classmethod
+    def of(
+        cls,
+        visibility_env: Iterable[str],
+        device_list_dirs: Iterable[str] = (),
+        cdi_registry: CdiRegistry | None = None,
+    ) -> GpuPartRule:
+        return cls(frozenset(visibility_env), tuple(device_list_dirs), cdi_registry or CdiRegistry())
+
+    @functools.cached_property
+    def _cdi_env(self) -> frozenset[str]:
+        return frozenset(self.cdi.all_edits.env)
+
+    @functools.cached_property
+    def _cdi_mounts(self) -> frozenset[tuple[str, str]]:
+        return frozenset((m.container_path, m.host_path) for m in self.cdi.all_edits.mounts)
+
+    @functools.cached_property
+    def _cdi_hooks(self) -> frozenset[tuple[str, str, tuple[str, ...]]]:
+        return frozenset(h.key for h in self.cdi.all_edits.hooks)
+
+    def is_gpu_env(self, name: str, value: str) -> bool:
+        return name in self.visibility_env or f"{name}={value}" in self._cdi_env
+
+    def is_device_list(self, mount: Mount) -> bool:
+        return any(mount.destination.startswith(d.rstrip("/") + "/") for d in self.device_list_dirs)
+
+    def is_gpu_mount(self, mount: Mount) -> bool:
+        return self.is_device_list(mount) or (mount.destination, mount.source) in self._cdi_mounts
+
+    def is_gpu_hook(self, hook: Hook) -> bool:
+        return hook.key in self._cdi_hooks
+
+    def part_of(self, container: ContainerInfo) -> Bundle:
+        return Bundle(
+            devices=container.devices,
+            env=tuple((k, v) for k, v in container.env if self.is_gpu_env(k, v)),
+            annotations=tuple(
+                sorted((k, v) for k, v in container.annotations.items() if k.startswith(keys.CDI_ANNOTATION_PREFIX))
+            ),
+            mounts=tuple(m for m in container.mounts if self.is_gpu_mount(m)),
+            hooks=tuple(h for h in container.hooks if self.is_gpu_hook(h)),
+            cdi_devices=container.cdi_devices,
+        )
 
 
 @dataclass(frozen=True)
@@ -73,6 +182,9 @@ class ContainerInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     env: tuple[tuple[str, str], ...] = ()
     devices: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,17 +225,13 @@ def is_recipient(container: ContainerInfo, pod: PodInfo | None) -> bool:
     return pod is not None and keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + container.name in pod.annotations
 
 
-def record_of(container: ContainerInfo, visibility_env: Iterable[str], *, recipient: bool = False) -> SourceRecord:
-    """Extract a container's bundle: all its devices (filtered at decision time, so refusals can
-    name what was skipped), its visibility variables and its CDI annotations."""
-    wanted = set(visibility_env)
-    env = tuple((k, v) for k, v in container.env if k in wanted)
-    cdi = tuple(sorted((k, v) for k, v in container.annotations.items() if k.startswith(keys.CDI_ANNOTATION_PREFIX)))
+def record_of(container: ContainerInfo, rule: GpuPartRule, *, recipient: bool = False) -> SourceRecord:
+    """A container as a possible source: its GPU part by ``rule``, nothing of its tenant's."""
     return SourceRecord(
         container_id=container.id,
         pod_id=container.pod_id,
         name=container.name,
-        bundle=Bundle(container.devices, env, cdi),
+        bundle=rule.part_of(container),
         is_recipient=recipient,
     )
 
@@ -186,13 +294,10 @@ class RuntimeView:
         return replace(view, pods=pods, _pod_by_ref=refs)
 
 
-def build_runtime_view(
-    pods: Iterable[PodInfo], containers: Iterable[ContainerInfo], visibility_env: Iterable[str]
-) -> RuntimeView:
+def build_runtime_view(pods: Iterable[PodInfo], containers: Iterable[ContainerInfo], rule: GpuPartRule) -> RuntimeView:
     """A fresh view from a full listing (Synchronize), built in one pass."""
-    vis = tuple(visibility_env)
     pod_map = {p.id: p for p in pods}
-    records = {c.id: record_of(c, vis, recipient=is_recipient(c, pod_map.get(c.pod_id))) for c in containers}
+    records = {c.id: record_of(c, rule, recipient=is_recipient(c, pod_map.get(c.pod_id))) for c in containers}
     return RuntimeView(
         pods=pod_map,
         containers=records,

@@ -7,9 +7,9 @@ kubelet has confirmed the borrower holds ``spot-<id>`` for exactly those IDs:
   plugin's own ``Allocate`` for exactly the lent IDs, over its socket in kubelet's device-plugin
   directory, as kubelet would for a container given just those IDs, and turns the answer into
   a bundle: each ``DeviceSpec`` with the numbers of its host node, the visibility variables of
-  ``visibilityEnv`` and the ``cdi.k8s.io/`` annotations. Mounts and CDI device requests are not
-  carried (an NRI v0.6.1 adjustment has no place for them); an answer with nothing left is no
-  answer.
+  ``visibilityEnv``, its mounts (NVIDIA's device lists), its CDI names and ``cdi.k8s.io/``
+  annotations, and what those names stand for in the node's CDI specs; an answer with nothing
+  left is no answer.
 - ``KubeletHolders`` (the ``nri_plugin.HolderOracle``) says which container kubelet allocated a
   real ID to, from PodResources ``List``; the NRI plugin then copies only the nodes the vendor's
   rule (``nri_plugin.device_rules``) says are that GPU's.
@@ -42,8 +42,9 @@ from deviceplugins.errors import SocketError
 from deviceplugins.server import KUBELET_SOCKET_NAME, dial
 from deviceplugins.vendor import read_plugin
 from gpushare import keys
+from gpushare.cdi import CdiEdits, CdiRegistry
 from gpushare.log import kv
-from nri_plugin.model import Bundle, DeviceNode
+from nri_plugin.model import Bundle, DeviceNode, Hook, Mount
 from nri_plugin.oracle import Holder
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class VendorAllocateResolver:
         plugin_dir: str,
         *,
         visibility_env: Iterable[str],
+        cdi_registry: Callable[[], CdiRegistry] = CdiRegistry,
         sockets: Mapping[str, str] | None = None,
         host_root: str = HOST_ROOT,
         timeout_s: float = 0.3,
@@ -70,6 +72,7 @@ class VendorAllocateResolver:
     ) -> None:
         self.plugin_dir = plugin_dir
         self._visibility_env = frozenset(visibility_env)
+        self._cdi_registry = cdi_registry
         self._named = dict(sockets or {})
         self._host_root = host_root.rstrip("/")
         self._timeout_s = timeout_s
@@ -154,6 +157,12 @@ class VendorAllocateResolver:
         return answer
 
     def _bundle(self, resource: str, answer: api_pb2.ContainerAllocateResponse) -> Bundle | None:
+        """The answer as kubelet would give it to CRI, and what its CDI names stand for.
+
+        The names' edits are read from the node's CDI specs, so a runtime that cannot take names
+        in an adjustment (containerd 1.7) still gets the GPU; one that can gets the names instead
+        (``nri_plugin.decide.for_runtime``). A name the specs do not know, or a node the host
+        lacks, gives no bundle: a partial answer would lend part of a GPU."""
         devices = []
         for spec in answer.devices:
             node = self._node(spec.container_path, spec.host_path)
@@ -162,17 +171,44 @@ class VendorAllocateResolver:
                     "vendor device node not found on this node",
                     extra=kv(resource=resource, host_path=spec.host_path, tried=self._host_root or "/"),
                 )
-                return None  # a partial answer would lend part of a GPU
+                return None
             devices.append(node)
         env = tuple(sorted((k, v) for k, v in answer.envs.items() if k in self._visibility_env))
         cdi = tuple(sorted((k, v) for k, v in answer.annotations.items() if k.startswith(keys.CDI_ANNOTATION_PREFIX)))
-        if answer.mounts or answer.cdi_devices:
-            log.info(
-                "vendor answer has mounts or CDI devices, which are not carried",
-                extra=kv(resource=resource, mounts=len(answer.mounts), cdi_devices=len(answer.cdi_devices)),
-            )
-        bundle = Bundle(tuple(devices), env, cdi)
+        # CRI's bind mount of a device plugin's mount, as containerd writes it into the spec.
+        mounts = tuple(
+            Mount(m.container_path, m.host_path, "bind", ("rbind", "rprivate", "ro" if m.read_only else "rw"))
+            for m in answer.mounts
+        )
+        bundle = Bundle(tuple(devices), env, cdi, mounts, (), tuple(d.name for d in answer.cdi_devices))
+        names = bundle.cdi_names()
+        if names:
+            edits = self._cdi_registry().edits_of(names)
+            if edits is None:
+                log.warning("vendor CDI devices unknown to this node's CDI specs", extra=kv(names=",".join(names)))
+                return None
+            expanded = self._edits_bundle(resource, edits)
+            if expanded is None:
+                return None
+            bundle = bundle.merged(expanded)
         return None if bundle.is_empty else bundle
+
+    def _edits_bundle(self, resource: str, edits: CdiEdits) -> Bundle | None:
+        devices = []
+        for n in edits.device_nodes:
+            node = self._node(n.path, n.host_path)
+            if node is None:
+                log.warning(
+                    "CDI device node not found on this node", extra=kv(resource=resource, host_path=n.host_path)
+                )
+                return None
+            devices.append(node)
+        return Bundle(
+            devices=tuple(devices),
+            env=tuple((e.partition("=")[0], e.partition("=")[2]) for e in edits.env),
+            mounts=tuple(Mount(m.container_path, m.host_path, m.type, m.options) for m in edits.mounts),
+            hooks=tuple(Hook(h.stage, h.path, h.args, h.env, h.timeout) for h in edits.hooks),
+        )
 
     def _node(self, container_path: str, host_path: str) -> DeviceNode | None:
         for path in (self._host_root + host_path, host_path) if self._host_root else (host_path,):

@@ -220,7 +220,7 @@ class PodSandbox(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., uid: _Optional[str] = ..., namespace: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., runtime_handler: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class Container(_message.Message):
-    __slots__ = ("id", "pod_sandbox_id", "name", "state", "labels", "annotations", "args", "env", "mounts", "linux", "pid")
+    __slots__ = ("id", "pod_sandbox_id", "name", "state", "labels", "annotations", "args", "env", "mounts", "hooks", "linux", "pid", "CDI_devices")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -244,8 +244,10 @@ class Container(_message.Message):
     ARGS_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    HOOKS_FIELD_NUMBER: _ClassVar[int]
     LINUX_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
     id: str
     pod_sandbox_id: str
     name: str
@@ -255,9 +257,51 @@ class Container(_message.Message):
     args: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.RepeatedScalarFieldContainer[str]
     mounts: _containers.RepeatedCompositeFieldContainer[Mount]
+    hooks: Hooks
     linux: LinuxContainer
     pid: int
-    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., linux: _Optional[_Union[LinuxContainer, _Mapping]] = ..., pid: _Optional[int] = ...) -> None: ...
+    CDI_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
+    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainer, _Mapping]] = ..., pid: _Optional[int] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ...) -> None: ...
+
+class Hooks(_message.Message):
+    __slots__ = ("prestart", "create_runtime", "create_container", "start_container", "poststart", "poststop")
+    PRESTART_FIELD_NUMBER: _ClassVar[int]
+    CREATE_RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    CREATE_CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    START_CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    POSTSTART_FIELD_NUMBER: _ClassVar[int]
+    POSTSTOP_FIELD_NUMBER: _ClassVar[int]
+    prestart: _containers.RepeatedCompositeFieldContainer[Hook]
+    create_runtime: _containers.RepeatedCompositeFieldContainer[Hook]
+    create_container: _containers.RepeatedCompositeFieldContainer[Hook]
+    start_container: _containers.RepeatedCompositeFieldContainer[Hook]
+    poststart: _containers.RepeatedCompositeFieldContainer[Hook]
+    poststop: _containers.RepeatedCompositeFieldContainer[Hook]
+    def __init__(self, prestart: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., create_runtime: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., create_container: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., start_container: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., poststart: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ..., poststop: _Optional[_Iterable[_Union[Hook, _Mapping]]] = ...) -> None: ...
+
+class Hook(_message.Message):
+    __slots__ = ("path", "args", "env", "timeout")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.RepeatedScalarFieldContainer[str]
+    timeout: OptionalInt
+    def __init__(self, path: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., timeout: _Optional[_Union[OptionalInt, _Mapping]] = ...) -> None: ...
+
+class OptionalInt(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: int
+    def __init__(self, value: _Optional[int] = ...) -> None: ...
+
+class CDIDevice(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class Mount(_message.Message):
     __slots__ = ("destination", "type", "source", "options")
@@ -298,7 +342,7 @@ class LinuxDevice(_message.Message):
     def __init__(self, path: _Optional[str] = ..., type: _Optional[str] = ..., major: _Optional[int] = ..., minor: _Optional[int] = ..., file_mode: _Optional[_Union[OptionalFileMode, _Mapping]] = ..., uid: _Optional[_Union[OptionalUInt32, _Mapping]] = ..., gid: _Optional[_Union[OptionalUInt32, _Mapping]] = ...) -> None: ...
 
 class ContainerAdjustment(_message.Message):
-    __slots__ = ("annotations", "mounts", "env", "linux")
+    __slots__ = ("annotations", "mounts", "env", "hooks", "linux", "CDI_devices")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -309,12 +353,16 @@ class ContainerAdjustment(_message.Message):
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    HOOKS_FIELD_NUMBER: _ClassVar[int]
     LINUX_FIELD_NUMBER: _ClassVar[int]
+    CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
     annotations: _containers.ScalarMap[str, str]
     mounts: _containers.RepeatedCompositeFieldContainer[Mount]
     env: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    hooks: Hooks
     linux: LinuxContainerAdjustment
-    def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ...) -> None: ...
+    CDI_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
+    def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ...) -> None: ...
 
 class LinuxContainerAdjustment(_message.Message):
     __slots__ = ("devices", "cgroups_path")

@@ -17,7 +17,7 @@ from gpushare import keys
 from localcluster.cri import CriClient, CriError, DeviceSpec, Pod
 from tests.harness.devices import FakeDevice, make_fake_device
 from tests.harness.plugin_process import PluginProcess
-from tests.integration.containerd.common import GPU_ID, VISIBLE, probe, run_source, same_pod_annotation
+from tests.integration.containerd.common import GPU_ID, probe, run_source, same_pod_annotation
 
 ONE_MIB = 1024 * 1024
 
@@ -35,7 +35,8 @@ def _main_with_gpu(cri: CriClient, pod: Pod, dev: FakeDevice) -> None:
 
 
 def _main_outside_dev(cri: CriClient, pod: Pod, dev: FakeDevice) -> None:
-    cri.run_container(pod, "main", devices=[DeviceSpec("/opt/fakegpu0", str(dev.path))], envs={VISIBLE: GPU_ID})
+    # No visibility variable either: with one, a runtime could still add the GPU, and main would be a source.
+    cri.run_container(pod, "main", devices=[DeviceSpec("/opt/fakegpu0", str(dev.path))])
 
 
 def _main_block_device(cri: CriClient, pod: Pod, dev: FakeDevice) -> None:
@@ -44,7 +45,8 @@ def _main_block_device(cri: CriClient, pod: Pod, dev: FakeDevice) -> None:
 
 
 def _main_without_devices(cri: CriClient, pod: Pod, dev: FakeDevice) -> None:
-    cri.run_container(pod, "main", envs={VISIBLE: GPU_ID})
+    # A variable gpushare does not carry is no GPU (VISIBLE itself would be: a runtime may read it).
+    cri.run_container(pod, "main", envs={"NOT_A_GPU": GPU_ID})
 
 
 CASES = {

@@ -35,6 +35,7 @@ kubelet stand-in and device-plugin runner; hack/nvidia/gpu_part_report.py import
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -46,8 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from google.protobuf.message import Message
-from google.protobuf.unknown_fields import UnknownFieldSet
 
 from deviceplugins._pb import api_pb2
 from fakenvidia.driver_root import DriverRoot, build_driver_root
@@ -59,9 +58,9 @@ from localcluster.containerd_config import RUNC, Paths
 from localcluster.cri import CriClient, CriError, DeviceSpec, MountSpec
 from localcluster.lifecycle import Lifecycle
 from localcluster.paths import NvidiaBinaries
-from nri_plugin import Injector
+from nri_plugin import Injector, convert
 from nri_plugin._pb import nri_pb2
-from tests.harness.gpu_part import HOOK_STAGES, GpuPart, diff, gpu_part, read_bundle_part
+from tests.harness.gpu_part import GpuPart, diff, gpu_part, read_bundle_part
 from tests.integration.containerd.common import connected_stub
 from tests.integration.kubelet_peer.peer import KubeletPeer
 from tests.integration.nvidia.conftest import binary_env
@@ -201,13 +200,11 @@ def hook_probe(lib_dir: str) -> list[str]:
 class SourceRecorder(Injector):
     """gpushare's Injector, unchanged, that also keeps each container as NRI delivered it.
 
-    gpushare's NRI proto leaves out what it does not read (docs/nri.md), so hooks (field 10) and,
-    from NRI v0.7 on, CDI_devices (field 20) arrive as unknown fields; they are decoded here from
-    the wire, which says what containerd sends whatever gpushare's proto declares.
+    It reads the node's CDI specs from ``cdi_dir``, as the agent reads ``cdiSpecDirs``.
     """
 
-    def __init__(self) -> None:
-        super().__init__(load_config(None))
+    def __init__(self, cdi_dir: Path) -> None:
+        super().__init__(dataclasses.replace(load_config(None), cdi_spec_dirs=(str(cdi_dir),)))
         self.seen: dict[tuple[str, str], nri_pb2.Container] = {}
 
     def create_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> nri_pb2.ContainerAdjustment:
@@ -222,19 +219,9 @@ class SourceRecorder(Injector):
         """The part of the container as NRI showed it, and the CDI device names it carried."""
         container = self.seen[(pod_id, name)]
         hooks: dict[str, list[dict[str, Any]]] = {}
-        cdi_devices: list[str] = []
-        for number, data in _unknown_fields(container):
-            if number == _NRI_CONTAINER_HOOKS:
-                for stage, hook_data in _unknown_fields(_empty(data)):
-                    hook = _unknown_fields(_empty(hook_data))
-                    hooks.setdefault(_NRI_HOOK_STAGES[stage], []).append(
-                        {
-                            "path": next((v.decode() for n, v in hook if n == 1), ""),
-                            "args": [v.decode() for n, v in hook if n == 2],
-                        }
-                    )
-            elif number == _NRI_CONTAINER_CDI_DEVICES:
-                cdi_devices += [v.decode() for n, v in _unknown_fields(_empty(data)) if n == 1]
+        for hook in convert.hooks(container.hooks):
+            hooks.setdefault(hook.stage, []).append({"path": hook.path, "args": list(hook.args)})
+        cdi_devices = [d.name for d in container.CDI_devices]
         spec = {
             "process": {"env": list(container.env)},
             "mounts": [
@@ -251,27 +238,6 @@ class SourceRecorder(Injector):
         }
         placeholders = {container.id: "<container-id>", **aliases}
         return gpu_part(spec, driver_root=driver_root, placeholders=placeholders), tuple(cdi_devices)
-
-
-# NRI's Container message (pkg/api/api.proto): hooks are field 10 since v0.1, CDI_devices field 20
-# since v0.7; Hooks numbers its stages 1..6 in OCI's order.
-_NRI_CONTAINER_HOOKS = 10
-_NRI_CONTAINER_CDI_DEVICES = 20
-_NRI_HOOK_STAGES = dict(enumerate(HOOK_STAGES, start=1))
-
-
-def _empty(data: bytes) -> nri_pb2.Empty:
-    """An embedded message read as an empty one, so that each of its fields is an unknown field."""
-    holder = nri_pb2.Empty()
-    holder.ParseFromString(data)
-    return holder
-
-
-def _unknown_fields(message: Message) -> list[tuple[int, bytes]]:
-    """(field number, bytes) of each length-delimited field the message's type does not declare."""
-    fields = UnknownFieldSet(message)
-    found = [fields[i] for i in range(len(fields))]
-    return [(f.field_number, bytes(f.data)) for f in found if isinstance(f.data, bytes)]
 
 
 class NvidiaNode(Lifecycle):
@@ -441,7 +407,7 @@ def measure_all(
 ) -> list[Measurement]:
     """Each (strategy, runtime) on ``containerd``, with gpushare's NRI plugin connected meanwhile."""
     wanted = combinations or [(s, r) for s in STRATEGIES for r in RUNTIMES]
-    injector = SourceRecorder()
+    injector = SourceRecorder(node.cdi_dir)
     with (
         CriClient(containerd.address, cgroup_parent=containerd.cgroup_parent) as cri,
         connected_stub(containerd, injector),

@@ -9,21 +9,22 @@ What the exclusive container gets is asserted as NVIDIA's stack should give it: 
 control nodes and no other GPU's, the driver's libraries and tools mounted from the driver root, the
 visibility variable, and the CDI hooks, which really ran under runc against the fake root.
 
-What the target gets today is asserted exactly, and it is less: ``make test`` counts an xfail as a
-skip and fails on it (tests/conftest.py), so the gap is written down as today's behaviour rather
-than as an expected failure. When gpushare starts carrying mounts, hooks or CDI names, the
-``test_target_gap_today`` case of that combination fails, naming what changed; update it then.
+What the target gets is asserted to be the same part, for the same GPU, in every combination; the
+one exception is containerd 1.7.24, whose NRI cannot grant mknod (``m``) on a device it adds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from cli.doctor.nvidia_modes import nvidia_verdict
 from fakenvidia.driver_root import DRIVER_LIBRARIES, DRIVER_TOOLS, GSP_FIRMWARE, DriverRoot
 from localcluster.containerd import VERSIONS, InstallMissing, find_install
+from localcluster.cri import CriClient
 from localcluster.paths import NvidiaBinaries
 from tests.harness.gpu_part import DeviceRule, GpuPart, diff, sorted_rules
 from tests.integration.nvidia.gpu_parts import (
@@ -36,6 +37,7 @@ from tests.integration.nvidia.gpu_parts import (
     NvidiaNode,
     measure_all,
 )
+from tests.integration.nvidia.table import DOCS, TABLE_BEGIN, TABLE_END, render_table
 
 pytestmark = pytest.mark.integration
 
@@ -78,15 +80,38 @@ def node(nvidia: NvidiaBinaries, driver_root: DriverRoot) -> Iterator[NvidiaNode
         yield started
 
 
+_MEASURED: dict[str, dict[tuple[str, str], Measurement]] = {}
+_RELEASES: dict[str, str] = {}  # install label ("2.x") -> the release containerd reports ("v2.4.2")
+
+
+def _measure(node: NvidiaNode, version: str) -> dict[tuple[str, str], Measurement]:
+    """Every combination on one containerd, measured once per run: each is one pod, so tests only read.
+
+    A containerd that is not installed fails the tier (``make deps`` installs both), never skips it."""
+    if version not in _MEASURED:
+        try:
+            install = find_install(version)
+        except InstallMissing as exc:
+            pytest.fail(str(exc))
+        with node.containerd(install) as containerd:
+            with CriClient(containerd.address) as cri:
+                _RELEASES[version] = cri.version().runtime_version.removeprefix("v")
+            _MEASURED[version] = {(m.strategy, m.runtime): m for m in measure_all(node, containerd)}
+    return _MEASURED[version]
+
+
 @pytest.fixture(scope="module", params=VERSIONS, ids=[f"containerd-{v}" for v in VERSIONS])
 def measured(request: pytest.FixtureRequest, node: NvidiaNode) -> dict[tuple[str, str], Measurement]:
-    """Every combination on one containerd, measured once: each is one pod, so the tests only read."""
-    try:
-        install = find_install(str(request.param))
-    except InstallMissing as exc:
-        pytest.skip(str(exc))
-    with node.containerd(install) as containerd:
-        return {(m.strategy, m.runtime): m for m in measure_all(node, containerd)}
+    return _measure(node, str(request.param))
+
+
+def expected_target(m: Measurement) -> GpuPart:
+    """The exclusive part, with the one difference NRI v0.6.1 forces on containerd 1.7.24: where the GPU came
+    from containerd's CDI, gpushare copies the edits and NRI grants each node ``rw``, not ``rwm``."""
+    if source_of(m.strategy, m.runtime) == PLUGIN_SPEC and m.containerd == "1.7.24":
+        rw = sorted_rules(dataclasses.replace(r, access="rw") for r in m.exclusive.device_rules)
+        return dataclasses.replace(m.exclusive, device_rules=rw)
+    return m.exclusive
 
 
 def gpu_nodes(root: DriverRoot, index: int) -> dict[str, tuple[int, int]]:
@@ -237,29 +262,44 @@ def test_nri_shows_gpushare_the_source_before_the_runtime(
 
 
 @pytest.mark.parametrize(("strategy", "runtime"), COMBINATIONS, ids=IDS)
-def test_target_gap_today(measured: dict[tuple[str, str], Measurement], strategy: str, runtime: str) -> None:
-    """Today's behaviour, not the goal (the goal is target == exclusive): see the module docstring."""
+def test_target_gets_the_exclusive_part(
+    measured: dict[tuple[str, str], Measurement], strategy: str, runtime: str
+) -> None:
+    """The DinD target gets exactly the GPU part the exclusive container got, for the same GPU.
+
+    Where containerd put the GPU into the source from CDI, containerd 2.x resolves the same CDI names
+    for the target (gpushare's adjustment names them), so it also grants the same ``rwm`` rules;
+    containerd 1.7.24's NRI v0.6.1 has no CDI names in an adjustment, so gpushare copies the edits
+    and NRI grants each node ``rw``: the one difference, documented in docs/nvidia.md. Where the
+    NVIDIA runtime adds the GPU at start, the target gets the same request (the visibility variable,
+    the device-list mounts) and the runtime gives it the same GPU."""
     m = measured[(strategy, runtime)]
-    source = source_of(strategy, runtime)
-    if source in (NONE, TOOLKIT):
-        # gpushare copies only character devices the source holds, and NRI shows it the source
-        # before the runtime has added any: refused, where the exclusive pod has its GPU (TOOLKIT).
-        assert m.target is None, m.gap()
-        assert 'source container "main"' in m.refusal and "holds no character device under /dev" in m.refusal
-        return
     assert m.target is not None, m.refusal
-    # NRI v0.6.1 and v0.12.3 alike turn a device adjustment into an "rw" cgroup rule (no mknod).
-    rw = sorted_rules(dataclasses.replace(r, access="rw") for r in m.exclusive.device_rules)
-    if (strategy, runtime) == ("cdi-annotations", "runtime-cdi"):
-        # gpushare copies the cdi.k8s.io/ annotation into the target's OCI spec, where CRI does not put
-        # the exclusive pod's (only a runtime's container_annotations pass through; none here), so
-        # the runtime in cdi mode resolves it for the target alone: it gets all but the rules.
-        expected = dataclasses.replace(m.exclusive, device_rules=sorted_rules([*m.exclusive.device_rules, *rw]))
-    else:
-        # The nodes and the visibility variable; none of the driver's mounts, none of the hooks.
-        expected = dataclasses.replace(m.exclusive, mounts=(), hooks=(), device_rules=rw)
+    expected = expected_target(m)
     assert m.target == expected, "\n".join(diff(expected, m.target))
-    assert m.gap() != [], "the target got the exclusive part: update this test to the new behaviour"
+
+
+def test_the_docs_table_is_what_this_tier_measured(node: NvidiaNode) -> None:
+    """docs/nvidia.md's table is written from these measurements, and says what `gpushare doctor` says.
+
+    Every measured combination must agree with ``nvidia_verdict`` (the doctor's words): whether the
+    exclusive pod got a GPU, and whether the target got its part. ``GPUSHARE_UPDATE_DOCS=1`` rewrites
+    the table; otherwise a table that differs from the measurements fails here."""
+    measurements = [m for version in VERSIONS for m in _measure(node, version).values()]
+    for m in measurements:
+        verdict = nvidia_verdict(m.strategy, m.runtime, int(m.containerd.split(".")[0]))
+        got_gpu = any(d.path == f"/dev/nvidia{GPU_INDEX}" for d in m.exclusive.devices)
+        assert got_gpu == verdict.exclusive, f"{m.key}: the exclusive pod got a GPU: {got_gpu}; doctor says {verdict}"
+        assert (m.target == expected_target(m)) == verdict.same, f"{m.key}: {m.gap()}; doctor says {verdict}"
+    table = render_table(measurements, _RELEASES)
+    text = DOCS.read_text()
+    begin, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    if os.environ.get("GPUSHARE_UPDATE_DOCS") == "1":
+        DOCS.write_text(text[:begin] + "\n" + table + text[end:])
+    else:
+        assert text[begin:end].strip() == table.strip(), (
+            "docs/nvidia.md's table is not what this tier measured; rerun with GPUSHARE_UPDATE_DOCS=1"
+        )
 
 
 def test_a_part_compares_equal_only_to_the_same_part(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 
@@ -19,10 +20,18 @@ from nri_plugin.decide import (
     find_instruction,
     usable_devices,
 )
-from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, build_runtime_view
+from nri_plugin.model import (
+    Bundle,
+    ContainerInfo,
+    DeviceNode,
+    GpuPartRule,
+    PodInfo,
+    RuntimeView,
+    build_runtime_view,
+)
 from nri_plugin.oracle import Holder
 
-VIS = ("NVIDIA_VISIBLE_DEVICES", "FAKE_VISIBLE_DEVICES")
+VIS = GpuPartRule.of(("NVIDIA_VISIBLE_DEVICES", "FAKE_VISIBLE_DEVICES"))
 GPU0 = DeviceNode("/dev/nvidia0", "c", 195, 0, 0o666)
 CTL = DeviceNode("/dev/nvidiactl", "c", 195, 255, 0o666)
 GPU1 = DeviceNode("/dev/nvidia1", "c", 195, 1, 0o666)
@@ -170,13 +179,15 @@ def test_same_pod_skips_block_and_outside_devices_but_injects_the_rest() -> None
 @pytest.mark.parametrize(
     ("devices", "needle"),
     [
-        ((), "holds no character device under /dev;"),
+        ((), "holds no GPU: no character device under /dev, no visibility variable"),
         ((LOOP,), r"skipped: /dev/loop0 \(block device\)"),
         ((OUTSIDE,), r"skipped: /tmp/fakegpu \(not under /dev\)"),
     ],
 )
 def test_same_pod_source_without_usable_devices_is_refused(devices: tuple[DeviceNode, ...], needle: str) -> None:
     pod, main, dind = _same_pod(devices)
+    # No variable or CDI name either: nothing says the source holds a GPU at all.
+    main = dataclasses.replace(main, env=(("PATH", "/bin"),), annotations={})
     with pytest.raises(InstructionRefused, match=needle):
         decide(SamePod("main"), pod, dind, node_view((pod, main)))
 

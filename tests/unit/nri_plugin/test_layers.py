@@ -15,6 +15,7 @@ ALLOWED = {
     "contextlib",
     "dataclasses",
     "fnmatch",
+    "functools",
     "posixpath",
     "re",
     "typing",

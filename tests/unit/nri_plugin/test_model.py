@@ -7,6 +7,7 @@ from nri_plugin.model import (
     Bundle,
     ContainerInfo,
     DeviceNode,
+    GpuPartRule,
     PodInfo,
     RuntimeView,
     build_runtime_view,
@@ -14,7 +15,7 @@ from nri_plugin.model import (
     record_of,
 )
 
-VIS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+VIS = GpuPartRule.of(("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"))
 POD = PodInfo("p1", "pod", "ns")
 GPU = DeviceNode("/dev/nvidia0", "c", 195, 0)
 
