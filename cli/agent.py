@@ -44,7 +44,9 @@ def agent(
     ] = None,
     spot_from: Annotated[
         list[str] | None,
-        typer.Option("--spot-from", help="RESOURCE=SOCKET of a vendor device plugin spot-gpu follows; repeatable"),
+        typer.Option(
+            "--spot-from", help="RESOURCE=SOCKET of the vendor device plugin a borrower's GPU is asked of; repeatable"
+        ),
     ] = None,
     listen: Annotated[
         str | None, typer.Option("--listen", help="HOST:PORT of /metrics, /healthz, /status (default metrics.listen)")

@@ -89,6 +89,14 @@ def run(
             stop=stop,
         )
         mgr.set_shadows(shadows)
+        for resource, socket_path in sorted(sources.items()):
+            # Standalone there are no kubelet rows to learn the GPUs from, so spot follows the
+            # vendor's own stream; the agent never does (docs/deviceplugins.md, "Spot").
+            log.warning(
+                "following a vendor plugin's ListAndWatch beside kubelet's: NVIDIA's plugin hands each health "
+                "change to one stream only, so kubelet may miss one; for tests and benchmarks only",
+                extra=kv(resource=resource, socket=socket_path),
+            )
         for rid in spot_healthy or []:
             mgr.set_spot_health(rid, True)
     except GpushareError as exc:

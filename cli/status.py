@@ -89,6 +89,8 @@ def render_text(doc: dict[str, Any]) -> str:
             lines.append(f"      {u}")
         if s.get("unschedulable"):
             lines.append(f"      cannot be scheduled: {s['unschedulable']}")
+        if s.get("unhealthy"):
+            lines.append(f"      slots Unhealthy: {s['unhealthy']}")
     lines.append("SHARERS")
     for p in doc.get("sharers") or []:
         shadows = ",".join(p.get("shadows") or []) or "-"

@@ -67,7 +67,11 @@ class Agent:
         self.client = KubeClient.from_kubeconfig(kubeconfig, timeout_s=10.0, watch_timeout_s=10)
         # Refuse an unusable state file at start (StateError names it); the loop thread reopens it.
         StateStore(cfg.state_dir).close()
-        self.plugins = PluginManager.from_config(cfg, spot_sources=spot_sources, stop=self.stop)
+        # spot-gpu learns the vendors' GPUs and their health from kubelet each pass (the loop's
+        # _learn_real_devices), never from a ListAndWatch of its own on a vendor socket, which
+        # NVIDIA's plugin would let take a health change from kubelet (docs/nvidia.md).
+        # ``spot_sources`` only names the socket the NRI plugin asks Allocate on.
+        self.plugins = PluginManager.from_config(cfg, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
         self.injector = self._injector(cfg, spot_sources)
         self.stub = Stub(

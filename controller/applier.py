@@ -80,6 +80,8 @@ class DevicePlugins(Protocol):
     def set_spot_health(self, real_id: str, healthy: bool) -> None: ...
     def set_spot_lent(self, real_ids: Iterable[str]) -> None: ...
     def real_devices(self) -> dict[str, tuple[str, ...]]: ...
+    def set_real_devices(self, real_resource: str, devices: Iterable[Any]) -> None: ...
+    def vendor_unhealthy(self) -> dict[str, str]: ...
     def status(self) -> dict[str, dict[str, Any]]: ...
 
 
@@ -128,6 +130,7 @@ class Applier:
         self._is_leader = is_leader
         self._store = store  # the loop thread opens the store after this is built
         self._advertised: dict[str, tuple[str, ...]] = {}
+        self._unhealthy: dict[str, tuple[str, ...]] = {}
         self._spot_health: dict[str, bool] = {}
         self._events_written: dict[tuple[str, str, str], float] = {}
         self._event_budget = (float("nan"), EVENTS_PER_PASS)  # (the pass's ``now``, Events it may still write)
@@ -218,11 +221,15 @@ class Applier:
         return True
 
     def _set_devices(self, action: SetDevices) -> bool:
-        if self._advertised.get(action.resource) == action.ids:
+        if self._advertised.get(action.resource) == action.ids and self._unhealthy.get(action.resource, ()) == (
+            action.unhealthy
+        ):
             return False
         before = self._advertised.get(action.resource)
-        self._plugins.set_devices(action.resource, [AdvertisedDevice(i, True) for i in action.ids])
+        sick = frozenset(action.unhealthy)
+        self._plugins.set_devices(action.resource, [AdvertisedDevice(i, i not in sick) for i in action.ids])
         self._advertised[action.resource] = action.ids
+        self._unhealthy[action.resource] = action.unhealthy
         if before is not None and len(action.ids) < len(before) and self._capacity is not None:
             # Devices that went without a drain (a shadow deleted by hand, or gone): the scheduler
             # would offer them until kubelet's next node status, so publish the count at once.

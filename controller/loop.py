@@ -47,6 +47,7 @@ from controller.core.actions import RecordEvent
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot, SnapshotMemo, build_snapshot
 from controller.core.pod_problems import ProblemTracker
+from controller.core.real_devices import kubelet_real_devices
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.namespace_cache import NamespaceCache
@@ -62,6 +63,7 @@ from controller.share.node_watch import NodeWatch
 from controller.share.placing import Placing
 from controller.share.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
 from controller.spot.hooks import SpotHooks
+from deviceplugins import AdvertisedDevice
 from gpushare import keys, rules
 from gpushare.config import Config
 from gpushare.errors import GpushareError
@@ -71,9 +73,11 @@ log = logging.getLogger(__name__)
 
 
 class PodResourcesLister(Protocol):
-    """What the loop needs of ``PodResourcesClient``: kubelet's ``List`` answer (protobuf ``PodResources``)."""
+    """What the loop needs of ``PodResourcesClient``: kubelet's ``List`` answer (protobuf ``PodResources``)
+    and its allocatable devices (resource -> IDs kubelet lists Healthy)."""
 
     def list(self) -> list[Any]: ...
+    def allocatable(self) -> dict[str, tuple[str, ...]]: ...
 
 
 class ReconcileLoop:
@@ -101,6 +105,7 @@ class ReconcileLoop:
         self._client = client
         self._plugins = plugins
         self._podres = podresources
+        self._real_devices: dict[str, tuple[AdvertisedDevice, ...]] = {}
         # SQLite objects belong to the thread that opened them: the loop thread opens the store.
         self._state_dir = state_dir
         self._store: StateStore | None = None
@@ -257,6 +262,8 @@ class ReconcileLoop:
             return self._report
 
         entries, pr_error = self._list_pod_resources()
+        if not pr_error:
+            self._learn_real_devices(entries)
         snap = self._node_snapshot(node_view, entries, fresh)
         mapping = MappingCache.rebuild(snap.pod_resources, snap.pods, self.cfg.real_resources)
         self._log_new_problems(mapping.problems)
@@ -317,6 +324,22 @@ class ReconcileLoop:
         except GpushareError as exc:
             log.warning("pod-resources unavailable; node pass skipped", extra=kv(reason=str(exc)))
             return [], str(exc)
+
+    def _learn_real_devices(self, entries: Iterable[PodResourcesEntry]) -> None:
+        """The vendors' GPUs and their health as kubelet has them, for spot and the share slots
+        (controller/core/real_devices.py)."""
+        try:
+            allocatable = self._podres.allocatable()
+        except GpushareError as exc:
+            log.warning(
+                "kubelet's allocatable devices unavailable; spot keeps the last ones", extra=kv(reason=str(exc))
+            )
+            return
+        for resource, known in kubelet_real_devices(allocatable, entries, self.cfg.real_resources).items():
+            devices = tuple(AdvertisedDevice(i, healthy) for i, healthy in known)
+            if self._real_devices.get(resource) != devices:
+                self._real_devices[resource] = devices
+                self._plugins.set_real_devices(resource, devices)
 
     def _log_new_problems(self, problems: Iterable[str]) -> None:
         current = set(problems)
@@ -379,6 +402,9 @@ class ReconcileLoop:
             shadow_list_fresh=fresh,
             deleted_shadows=[r for r in view.deleted if r.namespace == keys.SHADOW_NAMESPACE],
         )
+        unhealthy = self._plugins.vendor_unhealthy()
+        if unhealthy:
+            snap = dataclasses.replace(snap, vendor_unhealthy=unhealthy)
         if self._spot is None:
             return snap
         # Container IDs of the pods as the pass read them: a pod it cannot read has none to look up.

@@ -34,6 +34,9 @@ class ShadowStatus:
     gpu: tuple[str, ...]  # real IDs kubelet allocated to its main container ("" until known)
     users: tuple[str, ...]  # "ns/pod/container" holding its virtual devices
     unschedulable: str  # the scheduler's message while it cannot be placed
+    # Why its GPU cannot serve a new sharer: Unhealthy at the vendor plugin (its slots are listed
+    # Unhealthy); "" while healthy.
+    unhealthy: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,11 @@ def describe_node(
             gpu=gpu_of.get(s.ref.key, ()),
             users=tuple(sorted(mapping.users_of(s.ref.key) or s.users)),
             unschedulable=unschedulable.get(s.ref.key, ""),
+            unhealthy="; ".join(
+                f"GPU {rid} {snapshot.vendor_unhealthy[rid]}"
+                for rid in gpu_of.get(s.ref.key, ())
+                if rid in snapshot.vendor_unhealthy
+            ),
         )
         for s in snapshot.shadows
     )

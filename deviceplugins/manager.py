@@ -300,6 +300,10 @@ class PluginManager:
         """What spot learned from the vendor plugins: real resource -> real IDs."""
         return self._spot.real_devices() if self._spot is not None else {}
 
+    def vendor_unhealthy(self) -> dict[str, str]:
+        """Real ID -> why, for each device a followed vendor plugin lists Unhealthy."""
+        return self._spot.vendor_unhealthy() if self._spot is not None else {}
+
     def status(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for r in self._runners:

@@ -45,6 +45,7 @@ class SpotPlugin(DevicePluginServer):
         self._health: dict[str, bool] = {}
         self._lent: frozenset[str] = frozenset()
         self._owner: Mapping[str, str] = {}
+        self._skip_logged: dict[str, str] = {}
 
     def set_real_devices(self, real_resource: str, devices: Iterable[AdvertisedDevice]) -> None:
         """The vendor plugin's current list (from its ListAndWatch); its health counts too."""
@@ -62,6 +63,16 @@ class SpotPlugin(DevicePluginServer):
         with self._state_lock:
             self._lent = frozenset(format_spot_id(r) for r in real_ids)
 
+    def vendor_unhealthy(self) -> dict[str, str]:
+        """Real ID -> why, for each real device handed in Unhealthy (kubelet lists it no more as allocatable)."""
+        with self._state_lock:
+            return {
+                d.id: f"is not allocatable at kubelet (its {resource} device plugin lists it Unhealthy)"
+                for resource, devs in self._real.items()
+                for d in devs
+                if not d.healthy
+            }
+
     def real_devices(self) -> dict[str, tuple[str, ...]]:
         with self._state_lock:
             return {r: tuple(d.id for d in devs) for r, devs in self._real.items()}
@@ -71,11 +82,12 @@ class SpotPlugin(DevicePluginServer):
         vendor_ok = {d.id: d.healthy for devs in self._real.values() for d in devs}
         health = {rid: ok and vendor_ok.get(rid, False) for rid, ok in self._health.items()}
         result = policies.spot_devices({r: [d.id for d in devs] for r, devs in self._real.items()}, health)
-        for rid in result.skipped:
-            log.warning(
-                "real device not advertised as spot",
-                extra=kv(resource=self.resource, real_id=rid, reason="too long or duplicate"),
-            )
+        for rid, why in result.skipped:
+            if self._skip_logged.get(rid) != why:  # once per ID and reason, not once per update
+                log.warning(
+                    "real device not advertised as spot", extra=kv(resource=self.resource, real_id=rid, reason=why)
+                )
+        self._skip_logged = dict(result.skipped)
         self._owner = result.real_resource_of
         self.set_devices(result.devices)
 

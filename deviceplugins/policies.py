@@ -154,18 +154,35 @@ def share_devices(shadows: Iterable[ShadowSlots], resource: str) -> tuple[Advert
 class SpotDevices:
     devices: tuple[AdvertisedDevice, ...]
     real_resource_of: Mapping[str, str]  # real ID -> the vendor resource it came from
-    skipped: tuple[str, ...]  # real IDs we cannot advertise (spot-<id> too long, or listed twice)
+    skipped: tuple[tuple[str, str], ...]  # (real ID, why) for each one spot does not offer
+
+
+# NVIDIA's device plugin names the replicas of a time-sliced (or MPS-shared) GPU "<uuid>::<n>".
+REPLICA_SEPARATOR = "::"
 
 
 def spot_devices(real: Mapping[str, Sequence[str]], health: Mapping[str, bool]) -> SpotDevices:
-    """``spot-<realID>`` for each real device; Unhealthy unless ``health`` says otherwise (fail closed)."""
+    """``spot-<realID>`` for each real device; Unhealthy unless ``health`` says otherwise (fail closed).
+
+    A replica of a GPU the vendor plugin shares itself (time-slicing, MPS) is never offered: the
+    other replicas' pods use the same GPU at the same time, so one replica's holder being idle
+    says nothing of the GPU, and a borrower would run beside them."""
     devices: list[AdvertisedDevice] = []
     owner: dict[str, str] = {}
-    skipped: list[str] = []
+    skipped: list[tuple[str, str]] = []
     for resource in sorted(real):
         for rid in real[resource]:
-            if rid in owner or len(format_spot_id(rid)) > MAX_DEVICE_ID_CHARS:
-                skipped.append(rid)
+            why = (
+                "listed twice"
+                if rid in owner
+                else "too long for a device ID"
+                if len(format_spot_id(rid)) > MAX_DEVICE_ID_CHARS
+                else f"a replica of a GPU {resource}'s plugin shares itself (time-slicing or MPS)"
+                if REPLICA_SEPARATOR in rid
+                else None
+            )
+            if why is not None:
+                skipped.append((rid, why))
                 continue
             owner[rid] = resource
             devices.append(AdvertisedDevice(format_spot_id(rid), health.get(rid, False)))

@@ -21,7 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.core.actions import REASON_NOT_LENDABLE, REASON_OWNER_BACK, REASON_OWNER_LEFT, REASON_SHADOW_GONE
+from controller.core.actions import (
+    REASON_GPU_UNHEALTHY,
+    REASON_NOT_LENDABLE,
+    REASON_OWNER_BACK,
+    REASON_OWNER_LEFT,
+    REASON_SHADOW_GONE,
+)
 from controller.core.pod_facts import PodFacts, parse_pod
 from controller.core.refusals import REASON_POD_UNREADABLE, REASON_REQUESTS_REFUSED
 from controller.errors import InvalidObject
@@ -257,7 +263,7 @@ def _pending(
     resources = facts.resources()
     share = next((r for r in sorted(resources) if keys.parse_share_resource(r) is not None), "")
     if share:
-        return _pending_sharer(pod_key, share, message, shadows)
+        return _pending_sharer(pod_key, share, message, shadows, docs)
     if keys.RESOURCE_SPOT_GPU in resources:
         return _pending_borrower(pod_key, message, docs)
     text = f"Pod {pod_key} is Pending: the scheduler cannot place it ({message or 'no message yet'})."
@@ -286,7 +292,19 @@ def _pending_agent_event(pod_key: str, ev: Mapping[str, Any]) -> Explanation:
     return Explanation(pod_key, STATE_PENDING, reason, text, fix)
 
 
-def _pending_sharer(pod_key: str, resource: str, message: str, shadows: Sequence[Mapping[str, Any]]) -> Explanation:
+def _pending_sharer(
+    pod_key: str,
+    resource: str,
+    message: str,
+    shadows: Sequence[Mapping[str, Any]],
+    docs: Mapping[str, Mapping[str, Any]],
+) -> Explanation:
+    sick = sorted(
+        f"{s.get('pod')} on {node} ({s.get('unhealthy')})"
+        for node, doc in docs.items()
+        for s in doc.get("shadows") or ()
+        if s.get("unhealthy") and s.get("resource") == resource
+    )
     stuck = []
     for s in shadows:
         labels = (s.get("metadata") or {}).get("labels") or {}
@@ -306,6 +324,20 @@ def _pending_sharer(pod_key: str, resource: str, message: str, shadows: Sequence
             text,
             "free a GPU (an idle GPU pod, "
             "a warm shadow) or add a GPU node; the shadow is then placed and the pod starts by itself.",
+        )
+    if sick:
+        text = (
+            f"Pod {pod_key} is Pending: no healthy shadow has a free slot of {resource}; the slots of "
+            f"{'; '.join(sick)} are listed Unhealthy, so kubelet admits no sharer on them."
+            + (f" (scheduler: {message})" if message else "")
+        )
+        return Explanation(
+            pod_key,
+            STATE_PENDING,
+            REASON_GPU_UNHEALTHY,
+            text,
+            "repair or replace the GPU (its vendor plugin lists it Healthy again by itself); the agent's leader "
+            "creates a shadow on a healthy GPU when one is free.",
         )
     text = (
         f"Pod {pod_key} is Pending: no shadow has a free slot of {resource} yet"

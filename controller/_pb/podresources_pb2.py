@@ -24,31 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12podresources.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"Z\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"A\n\x16GetPodResourcesRequest\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\"B\n\x17GetPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x01(\x0b\x32\x10.v1.PodResources2\x9b\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12@\n\x03Get\x12\x1a.v1.GetPodResourcesRequest\x1a\x1b.v1.GetPodResourcesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12podresources.proto\x12\x02v1\"\x1d\n\x1b\x41llocatableResourcesRequest\"V\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x02 \x03(\x03\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"Z\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"A\n\x16GetPodResourcesRequest\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\"B\n\x17GetPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x01(\x0b\x32\x10.v1.PodResources2\xfb\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12@\n\x03Get\x12\x1a.v1.GetPodResourcesRequest\x1a\x1b.v1.GetPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'podresources_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=26
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=51
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=53
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=120
-  _globals['_PODRESOURCES']._serialized_start=122
-  _globals['_PODRESOURCES']._serialized_end=213
-  _globals['_CONTAINERRESOURCES']._serialized_start=215
-  _globals['_CONTAINERRESOURCES']._serialized_end=305
-  _globals['_CONTAINERDEVICES']._serialized_start=307
-  _globals['_CONTAINERDEVICES']._serialized_end=404
-  _globals['_TOPOLOGYINFO']._serialized_start=406
-  _globals['_TOPOLOGYINFO']._serialized_end=449
-  _globals['_NUMANODE']._serialized_start=451
-  _globals['_NUMANODE']._serialized_end=473
-  _globals['_GETPODRESOURCESREQUEST']._serialized_start=475
-  _globals['_GETPODRESOURCESREQUEST']._serialized_end=540
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_start=542
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_end=608
-  _globals['_PODRESOURCESLISTER']._serialized_start=611
-  _globals['_PODRESOURCESLISTER']._serialized_end=766
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=26
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=55
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=57
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=143
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=145
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=170
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=172
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=239
+  _globals['_PODRESOURCES']._serialized_start=241
+  _globals['_PODRESOURCES']._serialized_end=332
+  _globals['_CONTAINERRESOURCES']._serialized_start=334
+  _globals['_CONTAINERRESOURCES']._serialized_end=424
+  _globals['_CONTAINERDEVICES']._serialized_start=426
+  _globals['_CONTAINERDEVICES']._serialized_end=523
+  _globals['_TOPOLOGYINFO']._serialized_start=525
+  _globals['_TOPOLOGYINFO']._serialized_end=568
+  _globals['_NUMANODE']._serialized_start=570
+  _globals['_NUMANODE']._serialized_end=592
+  _globals['_GETPODRESOURCESREQUEST']._serialized_start=594
+  _globals['_GETPODRESOURCESREQUEST']._serialized_end=659
+  _globals['_GETPODRESOURCESRESPONSE']._serialized_start=661
+  _globals['_GETPODRESOURCESRESPONSE']._serialized_end=727
+  _globals['_PODRESOURCESLISTER']._serialized_start=730
+  _globals['_PODRESOURCESLISTER']._serialized_end=981
 # @@protoc_insertion_point(module_scope)

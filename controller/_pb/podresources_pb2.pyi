@@ -6,6 +6,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AllocatableResourcesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AllocatableResourcesResponse(_message.Message):
+    __slots__ = ("devices", "cpu_ids")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    CPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[ContainerDevices]
+    cpu_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, devices: _Optional[_Iterable[_Union[ContainerDevices, _Mapping]]] = ..., cpu_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ListPodResourcesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -44,6 +44,11 @@ class PodResourcesListerStub:
                 request_serializer=podresources__pb2.GetPodResourcesRequest.SerializeToString,
                 response_deserializer=podresources__pb2.GetPodResourcesResponse.FromString,
                 _registered_method=True)
+        self.GetAllocatableResources = channel.unary_unary(
+                '/v1.PodResourcesLister/GetAllocatableResources',
+                request_serializer=podresources__pb2.AllocatableResourcesRequest.SerializeToString,
+                response_deserializer=podresources__pb2.AllocatableResourcesResponse.FromString,
+                _registered_method=True)
 
 
 class PodResourcesListerServicer:
@@ -62,6 +67,14 @@ class PodResourcesListerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAllocatableResources(self, request, context):
+        """The node's allocatable devices: those of every registered device plugin that it lists
+        Healthy (kubelet's devicemanager filters allDevices by healthyDevices).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +87,11 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
                     servicer.Get,
                     request_deserializer=podresources__pb2.GetPodResourcesRequest.FromString,
                     response_serializer=podresources__pb2.GetPodResourcesResponse.SerializeToString,
+            ),
+            'GetAllocatableResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllocatableResources,
+                    request_deserializer=podresources__pb2.AllocatableResourcesRequest.FromString,
+                    response_serializer=podresources__pb2.AllocatableResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +148,33 @@ class PodResourcesLister:
             '/v1.PodResourcesLister/Get',
             podresources__pb2.GetPodResourcesRequest.SerializeToString,
             podresources__pb2.GetPodResourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllocatableResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/v1.PodResourcesLister/GetAllocatableResources',
+            podresources__pb2.AllocatableResourcesRequest.SerializeToString,
+            podresources__pb2.AllocatableResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

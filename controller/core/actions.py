@@ -37,6 +37,7 @@ REASON_SHADOW_IDLE = "ShadowIdle"  # a shadow had no sharer for shadowIdleTimeou
 REASON_SHADOW_DEMAND = "ShadowDemand"  # pending sharers outnumber free slots
 REASON_WARM_POOL = "WarmPool"  # keeping warmShadows spare
 REASON_SPOT_BLOCKED = "SpotLendingBlocked"  # spot is on but the node's pod cgroups cannot be found
+REASON_GPU_UNHEALTHY = "GPUUnhealthy"  # a shadow's GPU is Unhealthy at its vendor device plugin
 
 KmodOp = Literal["add", "delete", "detect", "undetect", "release"]
 
@@ -101,13 +102,18 @@ class KillPods:
 
 @dataclass(frozen=True)
 class SetDevices:
-    """The complete list of device IDs one share plugin advertises (all Healthy)."""
+    """The complete list of device IDs one share plugin advertises; those in ``unhealthy`` are
+    advertised Unhealthy (their shadow's GPU is unhealthy at its vendor plugin), the rest Healthy."""
 
     resource: str
     ids: tuple[str, ...]
+    unhealthy: tuple[str, ...] = ()
 
     def log_fields(self) -> dict[str, Any]:
-        return {"decision": "set-devices", "resource": self.resource, "devices": len(self.ids)}
+        fields: dict[str, Any] = {"decision": "set-devices", "resource": self.resource, "devices": len(self.ids)}
+        if self.unhealthy:
+            fields["unhealthy"] = len(self.unhealthy)
+        return fields
 
 
 @dataclass(frozen=True)

@@ -305,6 +305,8 @@ class Snapshot:
     deleted_shadows: frozenset[PodRef] = frozenset()
     problems: tuple[str, ...] = ()  # the messages of ``pod_problems``
     pod_problems: tuple[PodProblem, ...] = ()
+    # Real ID -> why its vendor device plugin calls it Unhealthy (the vendor plugins gpushare follows).
+    vendor_unhealthy: Mapping[str, str] = field(default_factory=dict)
 
     def shadows_on(self, node: str) -> list[ShadowPod]:
         return [s for s in self.shadows if s.node_name == node]

@@ -99,6 +99,22 @@ class PodResourcesClient:
             self._pods = {(p.namespace, p.name): (now, p) for p in resp.pod_resources}
         return list(resp.pod_resources)
 
+    def allocatable(self) -> dict[str, tuple[str, ...]]:
+        """Resource -> the device IDs kubelet can allocate: every registered plugin's devices that it
+        lists Healthy. This is how gpushare learns a vendor's GPUs and their health without opening a
+        ListAndWatch stream of its own on the vendor's socket (docs/nvidia.md, "When a GPU turns
+        unhealthy")."""
+        resp = self._call(
+            "GetAllocatableResources",
+            lambda: self._stub.GetAllocatableResources(
+                podresources_pb2.AllocatableResourcesRequest(), timeout=self._timeout_s
+            ),
+        )
+        out: dict[str, list[str]] = {}
+        for d in resp.devices:
+            out.setdefault(d.resource_name, []).extend(d.device_ids)
+        return {r: tuple(ids) for r, ids in out.items()}
+
     def close(self) -> None:
         self._channel.close()
 

@@ -15,8 +15,9 @@ kubelet has confirmed the borrower holds ``spot-<id>`` for exactly those IDs:
   rule (``nri_plugin.device_rules``) says are that GPU's.
 
 Which socket is the vendor's: the one ``--spot-from RESOURCE=SOCKET`` names, else the first
-socket of the device-plugin directory (by name; kubelet's own and gpushare's are skipped) whose
-``ListAndWatch`` lists every requested ID. Only kubelet and root can create sockets there. The
+socket of the device-plugin directory (by name; kubelet's own and gpushare's are skipped) that
+answers ``Allocate`` for the requested IDs (never a ``ListAndWatch``: docs/nvidia.md). Only
+kubelet and root can create sockets there. The
 choice is cached per resource and made again when its socket stops answering.
 
 Everything runs on the NRI handler's deadline: every RPC has ``timeout_s``, the search of the
@@ -38,9 +39,7 @@ from typing import Any
 import grpc
 
 from deviceplugins._pb import api_pb2, api_pb2_grpc
-from deviceplugins.errors import SocketError
 from deviceplugins.server import KUBELET_SOCKET_NAME, dial
-from deviceplugins.vendor import read_plugin
 from gpushare import keys
 from gpushare.cdi import CdiEdits, CdiRegistry
 from gpushare.log import kv
@@ -89,48 +88,52 @@ class VendorAllocateResolver:
             cached = self._answers.get(key)
         if cached is not None and self._clock() - cached[0] <= self._ttl_s:
             return cached[1]
-        socket_path = self.socket_for(resource, real_ids)
-        if socket_path is None:
-            log.info("no vendor device plugin lists these IDs", extra=kv(resource=resource, ids=",".join(real_ids)))
+        found = self._ask(resource, real_ids)
+        if found is None:
             return None
-        try:
-            answer = self._allocate(socket_path, real_ids)
-        except (grpc.RpcError, OSError) as exc:
-            log.warning(
-                "vendor Allocate failed", extra=kv(resource=resource, socket=socket_path, reason=_rpc_reason(exc))
-            )
-            with self._lock:
-                self._found.pop(resource, None)  # search again next time: the plugin may have moved
-            return None
-        bundle = self._bundle(resource, answer)
+        bundle = self._bundle(resource, found)
         if bundle is not None:
             with self._lock:
                 self._answers[key] = (self._clock(), bundle)
         return bundle
 
     def socket_for(self, resource: str, real_ids: Iterable[str]) -> str | None:
-        """The vendor's socket: named by ``--spot-from``, else found by its device list (cached)."""
-        if resource in self._named:
-            return self._named[resource]
+        """The vendor's socket: named by ``--spot-from``, else the one that answers ``Allocate`` (cached)."""
+        return self._named.get(resource) or (
+            self._found.get(resource) if self._ask(resource, tuple(real_ids)) else None
+        )
+
+    def _ask(self, resource: str, real_ids: tuple[str, ...]) -> api_pb2.ContainerAllocateResponse | None:
+        """The vendor's Allocate answer for exactly ``real_ids``: from the named or found socket, else from
+        the first socket of the directory that answers it (another vendor's plugin refuses IDs it does
+        not have). Never ListAndWatch: NVIDIA's plugin hands each health change to one stream only, and
+        a stream of ours could take it from kubelet's (docs/nvidia.md); Allocate is unary."""
         with self._lock:
-            found = self._found.get(resource)
-        if found is not None:
-            return found
-        wanted = frozenset(real_ids)
+            known = self._named.get(resource) or self._found.get(resource)
+        if known is not None:
+            try:
+                return self._allocate(known, real_ids)
+            except (grpc.RpcError, OSError) as exc:
+                log.warning(
+                    "vendor Allocate failed", extra=kv(resource=resource, socket=known, reason=_rpc_reason(exc))
+                )
+                with self._lock:
+                    self._found.pop(resource, None)  # search again next time: the plugin may have moved
+                return None
         deadline = self._clock() + self._search_budget_s
         for path in self._candidate_sockets():
             if self._clock() > deadline:
                 log.warning("vendor socket search ran out of time", extra=kv(resource=resource, dir=self.plugin_dir))
                 return None
             try:
-                listed = {d.id for d in read_plugin(path, timeout_s=self._timeout_s).devices}
-            except SocketError:
+                answer = self._allocate(path, real_ids)
+            except (grpc.RpcError, OSError):
                 continue
-            if wanted <= listed:
-                with self._lock:
-                    self._found[resource] = path
-                log.info("vendor device plugin found", extra=kv(resource=resource, socket=path))
-                return path
+            with self._lock:
+                self._found[resource] = path
+            log.info("vendor device plugin found", extra=kv(resource=resource, socket=path))
+            return answer
+        log.info("no vendor device plugin answers for these IDs", extra=kv(resource=resource, ids=",".join(real_ids)))
         return None
 
     def _candidate_sockets(self) -> list[str]:

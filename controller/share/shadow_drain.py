@@ -162,14 +162,18 @@ def plan_node_offer(
     held: frozenset[str],
     waiting_for_admission: bool,
     now: float | None,
+    unhealthy: Collection[str] = frozenset(),
 ) -> list[Action]:
     """Node: one share resource's device list, then, while a shadow drains, the count to publish and the answer.
 
+    ``unhealthy``: shadows (``ns/name``) whose GPU its vendor plugin lists Unhealthy: their slots
+    stay listed, Unhealthy, so kubelet admits no new sharer on them and keeps the ones running.
     ``shadows``: this node's running shadows of ``resource`` with their virtual IDs;
     ``held``: shadows (``ns/name``) some admitted sharer holds a device of (PodResources);
     ``waiting_for_admission``: a sharer of this resource is bound here but holds nothing yet;
     ``now``: this node's clock, for the settle time (None: no settle time).
     """
+    shadows = list(shadows)
     ids: list[str] = []
     settling = 0
     answers: list[Action] = []
@@ -193,7 +197,8 @@ def plan_node_offer(
         else:
             answers.append(AnnotatePod(shadow.ref, keys.ANNOTATION_SHADOW_DRAINED, token))
     # Withdraw, then publish the lower count, then tell the leader: the order the removal needs.
-    out: list[Action] = [SetDevices(resource, tuple(sorted(ids)))]
+    sick = {vid for shadow, vids in shadows if shadow.ref.key in unhealthy for vid in vids}
+    out: list[Action] = [SetDevices(resource, tuple(sorted(ids)), tuple(sorted(sick.intersection(ids))))]
     if draining_here:
         out.append(PublishCapacity(resource, len(ids) - settling))
     return [*out, *answers]

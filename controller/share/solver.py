@@ -21,6 +21,7 @@ from operator import attrgetter
 from typing import Any
 
 from controller.core.actions import (
+    REASON_GPU_UNHEALTHY,
     REASON_SHADOW_DEMAND,
     REASON_SHADOW_GONE,
     REASON_WARM_POOL,
@@ -30,6 +31,7 @@ from controller.core.actions import (
     Evict,
     KillPods,
     PodToKill,
+    RecordEvent,
 )
 from controller.core.mapping import MappingCache
 from controller.core.model import Pool, ShadowPod, ShareKey, SharePod, Snapshot
@@ -309,6 +311,26 @@ def _idle_deletes(
     return out
 
 
+def unhealthy_shadows(
+    shadows: Iterable[ShadowPod], mapping: MappingCache, vendor_unhealthy: Mapping[str, str]
+) -> dict[str, str]:
+    """Shadow (``ns/name``) -> why, for each shadow holding a GPU its vendor plugin lists Unhealthy.
+
+    Which GPU a shadow holds is kubelet's word (PodResources, ``mapping.real``); a GPU the vendor
+    plugin calls Unhealthy (an XID, a lost device) cannot serve a new sharer either."""
+    keys_here = {s.ref.key for s in shadows}
+    out: dict[str, str] = {}
+    for held in mapping.real:
+        if held.pod.key not in keys_here:
+            continue
+        why = [
+            f"GPU {rid} ({held.resource}) {vendor_unhealthy[rid]}" for rid in held.real_ids if rid in vendor_unhealthy
+        ]
+        if why:
+            out[held.pod.key] = "; ".join(why)
+    return out
+
+
 def plan_node_shares(
     snapshot: Snapshot,
     mapping: MappingCache,
@@ -328,6 +350,14 @@ def plan_node_shares(
     shadows_here = snapshot.shadows_on(node)
     held = frozenset(h.shadow_key for h in mapping.holdings)
     holding = {h.sharer.key for h in mapping.holdings}
+    sick = unhealthy_shadows(shadows_here, mapping, snapshot.vendor_unhealthy)
+    actions += [
+        RecordEvent(
+            s.ref, REASON_GPU_UNHEALTHY, f"{sick[s.ref.key]}: its share slots are advertised Unhealthy", "Warning"
+        )
+        for s in shadows_here
+        if s.ref.key in sick
+    ]
     for kind, n in sorted(configured_specs(cfg)):
         resource = keys.share_resource(kind, n)
         waiting = any(
@@ -336,7 +366,7 @@ def plan_node_shares(
         )
         running = [s for s in shadows_here if s.is_running and (s.key.kind, s.key.spec) == (kind, n)]
         offered = [(s, virtual_ids_of(s.ref.namespace, s.ref.name, n)) for s in running]
-        actions += plan_node_offer(resource, offered, held=held, waiting_for_admission=waiting, now=now)
+        actions += plan_node_offer(resource, offered, held=held, waiting_for_admission=waiting, now=now, unhealthy=sick)
 
     sharers_here = {s.ref.key: s for s in snapshot.sharers_on(node)}
     if bindings is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
@@ -59,10 +60,29 @@ class _Lister(pb_grpc.PodResourcesListerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"pod {key[0]}/{key[1]} not found")
         return pb.GetPodResourcesResponse(pod_resources=self._pod(key))
 
+    def GetAllocatableResources(  # noqa: N802 -- gRPC method name
+        self,
+        request: pb.AllocatableResourcesRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.AllocatableResourcesResponse:
+        self._server.count("GetAllocatableResources")
+        devices = self._server.allocatable()
+        return pb.AllocatableResourcesResponse(
+            devices=[pb.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in sorted(devices.items())]
+        )
+
 
 class PodResourcesServer(Lifecycle):
-    def __init__(self, allocations: Allocations | None = None) -> None:
+    """``allocatable``: what GetAllocatableResources answers, resource -> IDs (kubelet: the registered
+    plugins' Healthy devices); a callable, so a test can answer from a live device list."""
+
+    def __init__(
+        self,
+        allocations: Allocations | None = None,
+        allocatable: Callable[[], dict[str, list[str]]] | None = None,
+    ) -> None:
         self.allocations: Allocations = dict(allocations or {})
+        self.allocatable = allocatable or dict
         self._dir = Path(tempfile.mkdtemp(prefix="gs-pr-", dir="/tmp"))
         self.socket = str(self._dir / "kubelet.sock")
         self.calls: dict[str, int] = {}

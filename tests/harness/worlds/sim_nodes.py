@@ -243,6 +243,12 @@ class NodeStatusPlugins:
     def real_devices(self) -> dict[str, tuple[str, ...]]:
         return {}
 
+    def vendor_unhealthy(self) -> dict[str, str]:
+        return {}
+
+    def set_real_devices(self, real_resource: str, devices: Any) -> None:
+        return None
+
     def status(self) -> dict[str, dict[str, Any]]:
         return {r: {"devices": len(ids), "healthy": len(ids), "registered": True} for r, ids in self.devices.items()}
 

@@ -81,6 +81,12 @@ class Peers:
     def real_devices(self) -> dict[str, tuple[str, ...]]:
         return {}
 
+    def vendor_unhealthy(self) -> dict[str, str]:
+        return {}
+
+    def set_real_devices(self, real_resource: str, devices: Any) -> None:
+        return None
+
     def status(self) -> dict[str, dict[str, Any]]:
         return {}
 
@@ -306,3 +312,19 @@ def test_a_created_shadow_is_handed_on_as_stored_and_an_existing_one_is_not() ->
     a.apply_all([CreateShadow(KEY, f"s-{i}", {"metadata": {"name": f"s-{i}"}}) for i in range(2)], now=1.0)
     assert sorted(c[1] for c in peers.calls) == ["s-0", "s-1"]  # a run of creates goes out concurrently
     assert [(p["metadata"]["name"], p["metadata"]["uid"]) for p in handed] == [("s-0", "uid-s-0")]
+
+
+def test_unhealthy_slots_are_advertised_unhealthy_and_a_health_change_alone_is_applied() -> None:
+    class Recording(Peers):
+        def set_devices(self, resource: str, devices: Any) -> None:
+            self.calls.append(("devices", resource, tuple((d.id, d.healthy) for d in devices)))
+
+    peers = Recording()
+    a = applier(peers)
+    a.apply(SetDevices("gpushare/share-gpu-2", ("s-0", "s-1")), now=1.0)
+    a.apply(SetDevices("gpushare/share-gpu-2", ("s-0", "s-1"), unhealthy=("s-0", "s-1")), now=2.0)
+    a.apply(SetDevices("gpushare/share-gpu-2", ("s-0", "s-1"), unhealthy=("s-0", "s-1")), now=3.0)
+    assert peers.calls == [
+        ("devices", "gpushare/share-gpu-2", (("s-0", True), ("s-1", True))),
+        ("devices", "gpushare/share-gpu-2", (("s-0", False), ("s-1", False))),
+    ]

@@ -85,6 +85,12 @@ class FakePlugins:
     def real_devices(self) -> dict[str, tuple[str, ...]]:
         return {}
 
+    def vendor_unhealthy(self) -> dict[str, str]:
+        return {}
+
+    def set_real_devices(self, real_resource: str, devices: Any) -> None:
+        return None
+
     def status(self) -> dict[str, dict[str, Any]]:
         return {r: {"devices": len(ids), "healthy": len(ids), "registered": True} for r, ids in self.set}
 
@@ -92,6 +98,11 @@ class FakePlugins:
 class FakePodResources:
     def __init__(self, rows: list[tuple[str, str, str, str, list[str]]], fail: bool = False) -> None:
         self.rows, self.fail = rows, fail
+
+    def allocatable(self) -> dict[str, tuple[str, ...]]:
+        if self.fail:
+            raise GpushareError("gpushare: kubelet pod-resources GetAllocatableResources failed (UNAVAILABLE)")
+        return {r: tuple(ids) for _, _, _, r, ids in self.rows if "/" in r and not r.startswith("gpushare/")}
 
     def list(self) -> list[Any]:
         if self.fail:

@@ -175,7 +175,14 @@ def test_spot_devices_skip_too_long_and_duplicates() -> None:
     got = spot_devices({"a.com/gpu": ["x"], "b.com/gpu": ["x", long_id]}, {})
     assert [d.id for d in got.devices] == ["spot-x"]
     assert got.real_resource_of == {"x": "a.com/gpu"}
-    assert set(got.skipped) == {"x", long_id}
+    assert dict(got.skipped) == {"x": "listed twice", long_id: "too long for a device ID"}
+
+
+def test_spot_never_offers_a_replica_of_a_gpu_the_vendor_shares_itself() -> None:
+    got = spot_devices({"nvidia.com/gpu": ["GPU-1::0", "GPU-1::1", "GPU-2"]}, {"GPU-1::0": True, "GPU-2": True})
+    assert [d.id for d in got.devices] == ["spot-GPU-2"]
+    assert [rid for rid, _ in got.skipped] == ["GPU-1::0", "GPU-1::1"]
+    assert "time-slicing or MPS" in got.skipped[0][1]
 
 
 SPOT_ADV = adv(

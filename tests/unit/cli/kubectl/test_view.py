@@ -214,6 +214,14 @@ def test_a_sharer_pending_with_no_shadow_yet_waits_for_the_leader() -> None:
     assert e.reason == "FailedScheduling" and "Lease" in e.explanation and "kubectl gpushare status" in e.fix
 
 
+def test_a_sharer_pending_while_its_shadows_gpu_is_unhealthy_says_which_gpu() -> None:
+    why = "GPU GPU-3 is Unhealthy at the nvidia.com/gpu device plugin"
+    doc = {"shadows": [{"pod": "gpushare-system/s4", "resource": "gpushare/share-gpu-4", "unhealthy": why}]}
+    e = explain("default/s-9", sharer("s-9", camel=True), [_event("FailedScheduling", "Insufficient")], [], {NODE: doc})
+    assert e.reason == "GPUUnhealthy"
+    assert f"gpushare-system/s4 on {NODE} ({why})" in e.explanation and "repair or replace the GPU" in e.fix
+
+
 def test_a_refused_mix_waiting_for_nothing_says_so() -> None:
     mix = pod("m", requests={keys.RESOURCE_SPOT_GPU: 1, "gpushare/share-gpu-4": 1}, camel=True)
     ev = _event("GpuRequestsRefused", "gpushare: pod default/m asks for ...; gpushare gives it no GPU on any node")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -419,3 +420,29 @@ def test_restart_rebuild_evicts_nothing_and_advertises_the_same() -> None:
     after = node_plan(pods, HELD, shadow_list_fresh=True)
     assert [a for a in after if isinstance(a, Evict)] == []
     assert [a for a in before if isinstance(a, SetDevices)] == [a for a in after if isinstance(a, SetDevices)]
+
+
+def test_a_shadow_whose_gpu_is_unhealthy_at_its_vendor_lists_its_slots_unhealthy_and_says_why() -> None:
+    pods = [shadow("s4", 4), shadow("t4", 4)]
+    rows = [
+        row("gpushare-system/s4", "main", "nvidia.com/gpu", "GPU-3"),
+        row("gpushare-system/t4", "main", "nvidia.com/gpu", "GPU-5"),
+    ]
+    s = dataclasses.replace(snap(pods), vendor_unhealthy={"GPU-3": "is Unhealthy at the nvidia.com/gpu device plugin"})
+    actions = plan_node_shares(s, MappingCache.rebuild(rows, s.pods, CFG.real_resources), CFG)
+    [listed] = [a for a in actions if isinstance(a, SetDevices) and a.resource == "gpushare/share-gpu-4"]
+    # Still listed, so kubelet keeps the sharers running on it, but none is admitted on it anew.
+    assert len(listed.ids) == 8
+    assert listed.unhealthy == tuple(f"gpushare-system/s4-{i}" for i in range(4))
+    [event] = [a for a in actions if isinstance(a, RecordEvent)]
+    assert event.ref.key == "gpushare-system/s4" and event.reason == "GPUUnhealthy" and event.type == "Warning"
+    assert "GPU GPU-3 (nvidia.com/gpu) is Unhealthy at the nvidia.com/gpu device plugin" in event.message
+
+
+def test_healthy_gpus_list_every_slot_healthy() -> None:
+    pods = [shadow("s4", 4)]
+    rows = [row("gpushare-system/s4", "main", "nvidia.com/gpu", "GPU-3")]
+    s = dataclasses.replace(snap(pods), vendor_unhealthy={"GPU-9": "is Unhealthy at the nvidia.com/gpu device plugin"})
+    actions = plan_node_shares(s, MappingCache.rebuild(rows, s.pods, CFG.real_resources), CFG)
+    assert all(a.unhealthy == () for a in actions if isinstance(a, SetDevices))
+    assert not [a for a in actions if isinstance(a, RecordEvent)]
