@@ -21,7 +21,7 @@ import typer
 from cli.common import load_config_or_exit
 from cli.doctor.diagnosis import CgroupFact, Check, ExporterFact, NodeFacts, Status, diagnose, exit_code
 from cli.doctor.host_probe import probe_cgroup, probe_containerd, probe_kmod
-from cli.doctor.socket_probe import probe_agent, probe_kubelet, probe_nri
+from cli.doctor.socket_probe import probe_agent, probe_kubelet, probe_nri, probe_nvidia_plugin
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
 from gpumetrics.errors import MetricsError
@@ -99,6 +99,7 @@ def gather(cfg: Config, spot: bool | None, kubeconfig: str | None) -> tuple[Node
         kmod=probe_kmod(),
         agent=agent,
         spot=spot,
+        nvidia=probe_nvidia_plugin(kubelet, cfg.device_list_dirs),
     )
     return facts, spot_source
 

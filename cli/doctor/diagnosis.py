@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cli.doctor.nvidia_modes import nvidia_verdict, runtime_mode_of
 from gpushare.rules import ReturnSignal, return_signal
 
 # -- the facts, as plain data: what a probe found, or None where it could not tell -----------------------
@@ -52,6 +53,21 @@ class ContainerdFact:
     nri_socket: str | None = None  # its socket_path, default applied
     systemd_cgroup: bool | None = None  # the default runtime's SystemdCgroup
     others: tuple[str, ...] = ()  # other containerd processes: "pid N (config C, NRI socket S)"
+    # The default runtime's binary (options.BinaryName; "" for containerd's own runc) and, when it is
+    # NVIDIA's runtime, the mode its config.toml sets (None: unset or unreadable).
+    runtime_binary: str = ""
+    nvidia_runtime_mode: str | None = None
+
+
+@dataclass(frozen=True)
+class NvidiaPluginFact:
+    """NVIDIA's device plugin as found in kubelet's directory: the strategy its Allocate answers in."""
+
+    socket: str
+    strategy: str | None  # None: an answer in none of the four strategies
+    error: str | None = None
+    # The plugin lists replicas ("<uuid>::<n>"): it shares its GPUs itself (time-slicing or MPS).
+    replicas: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,7 @@ class KubeletFact:
     list_error: str | None = None
     devices: Mapping[str, int] | None = None  # GetAllocatableResources: resource -> device count
     devices_error: str | None = None
+    device_ids: Mapping[str, tuple[str, ...]] | None = None  # the same, by ID
     api_allocatable: Mapping[str, int] | None = None  # the node's allocatable, when the API answered
     api_error: str | None = None
 
@@ -131,6 +148,7 @@ class NodeFacts:
     kmod: KmodFact
     agent: AgentFact
     spot: bool = True  # the agent lends GPUs (not --no-spot)
+    nvidia: NvidiaPluginFact | None = None  # None: no NVIDIA device plugin on this node
 
 
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -423,6 +441,41 @@ def check_agent(a: AgentFact) -> Check:
     )
 
 
+def check_nvidia(n: NvidiaPluginFact, c: ContainerdFact) -> Check:
+    """Whether sharing, lending and DinD work in this node's NVIDIA mode (docs/nvidia.md's table)."""
+    name = "nvidia stack"
+    if n.error is not None or n.strategy is None:
+        return Check(
+            name,
+            Status.WARN,
+            f"NVIDIA's device plugin at {n.socket}: {n.error or 'its Allocate answer is in no known strategy'}",
+            "see docs/nvidia.md for the modes gpushare is measured on",
+        )
+    version = parse_version(c.version)
+    if version is None:
+        return Check(name, Status.WARN, f"strategy {n.strategy}, containerd version unknown", "")
+    runtime = runtime_mode_of(c.runtime_binary, c.nvidia_runtime_mode)
+    verdict = nvidia_verdict(n.strategy, runtime, version[0])
+    summary = f"strategy {n.strategy}, {runtime}, containerd {c.version}: {verdict.how}"
+    if verdict.note:
+        summary += f"; {verdict.note}"
+    if not verdict.works:
+        return Check(
+            name, Status.FAIL, summary + "; CUDA cannot start in an exclusive pod, a sharer or a borrower", verdict.fix
+        )
+    if n.replicas:
+        return Check(
+            name,
+            Status.WARN,
+            summary + "; the plugin shares each GPU itself (time-slicing or MPS replicas): a shadow holds one replica, "
+            "which share-gpu-N splits again, and spot lends no replica",
+            "turn the device plugin's sharing off on nodes where gpushare shares and lends (docs/nvidia.md)",
+        )
+    if verdict.same is None:
+        return Check(name, Status.WARN, summary, verdict.fix)
+    return Check(name, Status.OK, summary)
+
+
 def diagnose(f: NodeFacts, nri_socket: str) -> list[Check]:
     """Every check, in the order an operator fixes them: runtime, cgroups, kubelet, vendor, spot, agent."""
     return [
@@ -433,6 +486,7 @@ def diagnose(f: NodeFacts, nri_socket: str) -> list[Check]:
         check_device_plugin_dir(f.kubelet),
         check_pod_resources(f.kubelet),
         *check_vendor_plugins(f.kubelet, f.real_resources),
+        *([check_nvidia(f.nvidia, f.containerd)] if f.nvidia is not None else []),
         check_exporter(f.exporter, f.spot),
         check_kmod(f.kmod, f.spot),
         check_spot_returns(f),

@@ -127,6 +127,29 @@ def containerd_settings(doc: Mapping[str, Any], major: int | None) -> tuple[bool
     )
 
 
+NVIDIA_RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+
+def default_runtime_binary(doc: Mapping[str, Any]) -> str:
+    """The default runtime handler's ``options.BinaryName`` ("" when it runs containerd's runc)."""
+    schema = doc.get("version")
+    plugin, section = _CRI_RUNTIME.get(schema if isinstance(schema, int) else 2, _CRI_RUNTIME[2])
+    runtime_cfg = _table(doc, "plugins", plugin, section)
+    name = runtime_cfg.get("default_runtime_name")
+    binary = _table(runtime_cfg, "runtimes", name if isinstance(name, str) else "runc", "options").get("BinaryName")
+    return binary if isinstance(binary, str) else ""
+
+
+def nvidia_runtime_mode(pid: int, proc: Path = PROC) -> str | None:
+    """``nvidia-container-runtime.mode`` of NVIDIA's runtime config as containerd's root sees it."""
+    try:
+        doc = tomllib.loads(in_root_of(pid, NVIDIA_RUNTIME_CONFIG, proc).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    mode = _table(doc, "nvidia-container-runtime").get("mode")
+    return mode if isinstance(mode, str) else None
+
+
 def _same_path(a: str, b: str) -> bool:
     return os.path.normpath(a) == os.path.normpath(b)
 
@@ -184,7 +207,9 @@ def probe_containerd(nri_socket: str, proc: Path = PROC) -> ContainerdFact:
         version = binary_version(pid, proc)
         parsed = parse_version(version)
         disabled, _, systemd = containerd_settings(doc, parsed[0] if parsed else None)
-        return ContainerdFact(pid, path, None, version, disabled, socket, systemd, tuple(others))
+        binary = default_runtime_binary(doc)
+        mode = nvidia_runtime_mode(pid, proc) if "nvidia-container-runtime" in binary else None
+        return ContainerdFact(pid, path, None, version, disabled, socket, systemd, tuple(others), binary, mode)
     return ContainerdFact(others=tuple(others))
 
 

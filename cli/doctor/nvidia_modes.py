@@ -86,3 +86,35 @@ def nvidia_verdict(strategy: str, runtime: str, containerd_major: int) -> Nvidia
         f"{'variable' if strategy == 'envvar' else 'device-list mounts'}; gpushare gives the target the same request",
         note="a sharer's pod must run under the same runtime (the node's default, or the same RuntimeClass)",
     )
+
+
+def strategy_of_answer(
+    envs: dict[str, str],
+    mount_paths: list[str],
+    annotation_keys: list[str],
+    cdi_devices: list[str],
+    device_list_dirs: tuple[str, ...],
+) -> str | None:
+    """The device-list strategy an NVIDIA plugin's ``Allocate`` answer was written in, or None when it
+    is none of the four (not NVIDIA's plugin, or a variant gpushare does not know)."""
+    if cdi_devices:
+        return "cdi-cri"
+    if any(k.startswith("cdi.k8s.io/") for k in annotation_keys):
+        return "cdi-annotations"
+    if any(p.startswith(d.rstrip("/") + "/") for p in mount_paths for d in device_list_dirs):
+        return "volume-mounts"
+    if envs.get("NVIDIA_VISIBLE_DEVICES"):
+        return "envvar"
+    return None
+
+
+def runtime_mode_of(binary: str, nvidia_mode: str | None) -> str:
+    """The runtime mode of a containerd runtime handler: its binary, and the NVIDIA runtime's
+    configured ``nvidia-container-runtime.mode`` when the binary is that runtime."""
+    name = binary.rsplit("/", 1)[-1]
+    if not name.startswith("nvidia-container-runtime"):
+        return NATIVE_CDI
+    # NVIDIA ships nvidia-container-runtime.cdi and .legacy, each fixed to its mode.
+    forced = name.removeprefix("nvidia-container-runtime").removeprefix(".")
+    mode = forced or nvidia_mode or "auto"
+    return {"cdi": RUNTIME_CDI, "jit-cdi": RUNTIME_JIT_CDI}.get(mode, RUNTIME_LEGACY)

@@ -15,16 +15,17 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from cli import agent_endpoint
-from cli.doctor.diagnosis import AgentFact, KubeletFact, NriFact, SocketFact
-from controller._pb import podresources_pb2
+from cli.doctor.diagnosis import AgentFact, KubeletFact, NriFact, NvidiaPluginFact, SocketFact
+from cli.doctor.nvidia_modes import strategy_of_answer
 from controller.io.podresources import PodResourcesClient, PodResourcesError
+from deviceplugins._pb import api_pb2, api_pb2_grpc
+from deviceplugins.policies import REPLICA_SEPARATOR
+from deviceplugins.server import dial
 from nri_plugin.errors import NriError, TransportError
 from nri_plugin.stub import Stub
 
@@ -100,60 +101,45 @@ def probe_nri(path: str, timeout_s: float = 3.0) -> NriFact:
     return NriFact(sock, listener.runtime, listener.version)
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        shift += 7
-        if not b & 0x80:
-            return value, i
+def probe_nvidia_plugin(
+    kubelet: KubeletFact, device_list_dirs: tuple[str, ...], timeout_s: float = 3.0
+) -> NvidiaPluginFact | None:
+    """NVIDIA's device plugin and the strategy of its ``Allocate`` answer for one of its GPUs.
 
-
-def _fields(buf: bytes) -> Iterator[tuple[int, bytes | None]]:
-    """(field number, payload of a length-delimited field, else None) of one protobuf message."""
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, i = _varint(buf, i)
-            yield number, None
-        elif wire == 2:
-            size, i = _varint(buf, i)
-            if i + size > len(buf):
-                raise ValueError("truncated field")
-            yield number, buf[i : i + size]
-            i += size
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-            yield number, None
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-    if i != len(buf):
-        raise ValueError("truncated fixed-width field")
-
-
-def decode_allocatable(raw: bytes) -> dict[str, int]:
-    """``AllocatableResourcesResponse`` bytes -> device count per resource; ValueError when malformed."""
-    counts: dict[str, int] = {}
-    for number, payload in _fields(raw):
-        if number == 1 and payload is not None:
+    Its GPUs come from kubelet (GetAllocatableResources: IDs named ``GPU-``/``MIG-``), never from a
+    ListAndWatch of our own: NVIDIA's plugin hands a health change to whichever ListAndWatch stream
+    reads it first, so a second stream, even one closed at once, can keep kubelet from learning that
+    a GPU failed (docs/nvidia.md). ``Allocate`` is unary and only describes the devices; the socket
+    that answers it for that GPU is NVIDIA's."""
+    for resource, ids in sorted((kubelet.device_ids or {}).items()):
+        gpus = [i for i in ids if i.startswith(("GPU-", "MIG-"))]
+        if not gpus:
+            continue
+        for sock in kubelet.vendor_sockets:
+            if not sock.ok:
+                continue
             try:
-                devices = podresources_pb2.ContainerDevices.FromString(payload)
-            except DecodeError as exc:
-                raise ValueError(f"bad ContainerDevices: {exc}") from exc
-            counts[devices.resource_name] = counts.get(devices.resource_name, 0) + len(devices.device_ids)
-    return counts
-
-
-def _allocatable(path: str, timeout_s: float) -> dict[str, int]:
-    with grpc.insecure_channel(f"unix://{path}") as channel:
-        call = channel.unary_unary(_GET_ALLOCATABLE, request_serializer=lambda _: b"", response_deserializer=bytes)
-        return decode_allocatable(call(None, timeout=timeout_s))
+                with dial(sock.path) as channel:
+                    stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+                    request = api_pb2.AllocateRequest(
+                        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=gpus[:1])]
+                    )
+                    answers = stub.Allocate(request, timeout=timeout_s).container_responses
+            except grpc.RpcError:
+                continue  # not this plugin's device: another vendor's socket
+            if len(answers) != 1:
+                continue
+            answer = answers[0]
+            strategy = strategy_of_answer(
+                dict(answer.envs),
+                [m.container_path for m in answer.mounts],
+                list(answer.annotations),
+                [d.name for d in answer.cdi_devices],
+                device_list_dirs,
+            )
+            return NvidiaPluginFact(sock.path, strategy, replicas=any(REPLICA_SEPARATOR in i for i in gpus))
+        return NvidiaPluginFact("", None, f"no plugin socket answers Allocate of {resource} {gpus[0]}")
+    return None
 
 
 def probe_kubelet(plugin_dir: str, pod_resources: str, timeout_s: float = 3.0) -> KubeletFact:
@@ -173,18 +159,18 @@ def probe_kubelet(plugin_dir: str, pod_resources: str, timeout_s: float = 3.0) -
     fact = KubeletFact(plugin_dir, exists, registration, vendor, pr)
     if not pr.ok:
         return fact
-    pods = list_error = devices = devices_error = None
-    try:
-        with PodResourcesClient(pod_resources, timeout_s=timeout_s) as client:
+    pods = list_error = ids = devices_error = None
+    with PodResourcesClient(pod_resources, timeout_s=timeout_s) as client:
+        try:
             pods = len(client.list())
-    except PodResourcesError as exc:
-        list_error = str(exc)
-    try:
-        devices = _allocatable(pod_resources, timeout_s)
-    except (grpc.RpcError, ValueError) as exc:
-        code = exc.code() if isinstance(exc, grpc.Call) else None
-        devices_error = f"{code.name if code else 'error'}: {exc.details() if isinstance(exc, grpc.Call) else exc}"
-    return KubeletFact(plugin_dir, exists, registration, vendor, pr, pods, list_error, devices, devices_error)
+        except PodResourcesError as exc:
+            list_error = str(exc)
+        try:
+            ids = client.allocatable()
+        except PodResourcesError as exc:
+            devices_error = str(exc)
+    devices = {r: len(i) for r, i in ids.items()} if ids is not None else None
+    return KubeletFact(plugin_dir, exists, registration, vendor, pr, pods, list_error, devices, devices_error, ids)
 
 
 def probe_agent(listen: str, timeout_s: float = 3.0) -> AgentFact:
@@ -201,4 +187,4 @@ def probe_agent(listen: str, timeout_s: float = 3.0) -> AgentFact:
     return AgentFact(listen, code, spot=spot, spot_mode=mode)
 
 
-__all__ = ["decode_allocatable", "probe_agent", "probe_kubelet", "probe_nri", "probe_socket"]
+__all__ = ["probe_agent", "probe_kubelet", "probe_nri", "probe_nvidia_plugin", "probe_socket"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does gpushare's target get the same GPU part of its OCI spec as an exclusive pod? Today's answer.
+"""Do gpushare's DinD target, sharer and spot borrower get the same GPU part of the OCI spec as an exclusive pod?
 
     flock /tmp/gpushare-cluster.lock .venv/bin/python hack/nvidia/gpu_part_report.py
         [--containerd 1.7.24 --containerd 2.x] [--strategy cdi-cri ...] [--runtime native-cdi ...]
@@ -9,9 +9,10 @@ For each NVIDIA device-plugin strategy (envvar, volume-mounts, cdi-annotations, 
 way the node runs containers (plain runc with containerd's own CDI, nvidia-container-runtime in cdi
 or jit-cdi mode), on each containerd: one pod whose ``main`` holds GPU 3 exactly as kubelet would
 create it from the device plugin's Allocate answer, and whose ``dind`` asks gpushare's NRI plugin
-for main's GPU. It prints whether dind's GPU part (devices, device-cgroup rules, driver mounts,
-NVIDIA_/CUDA_ env, hooks, read from runc's own config.json) equals main's, and the diff: ``-`` what
-the target lacks, ``+`` what it has beyond, ``~`` what it has otherwise. ``--parts`` also prints
+for main's GPU; a sharer pod on it as its shadow; a spot borrower of its GPU. It prints whether each
+one's GPU part (devices, device-cgroup rules, driver mounts, NVIDIA_/CUDA_ env, hooks, read from
+runc's own config.json) equals main's, and the diff: ``-`` what the recipient lacks, ``+`` what it
+has beyond, ``~`` what it has otherwise. ``--parts`` also prints
 each exclusive and target part, the exclusive container as NRI showed it to gpushare (before any
 runtime's rewrite: what a plugin can copy from it) and the Allocate answers; ``--json`` writes
 everything for a later look.
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from localcluster.containerd import VERSIONS, InstallMissing, find_install
 from localcluster.cri import CriClient
 from localcluster.paths import NVIDIA_CTK_VERSION, NVIDIA_DEVICE_PLUGIN_VERSION, NvidiaBinaries
+from tests.harness.gpu_part import diff
 from tests.integration.nvidia.gpu_parts import (
     NOT_RUN,
     RUNTIMES,
@@ -91,11 +93,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _verdict(m: Measurement) -> str:
-    if m.target is None:
+    """The worst over the DinD target, the sharer and the spot borrower."""
+    parts = [part for part, _ in m.recipients().values()]
+    if any(part is None for part in parts):
         return "REFUSED"
-    if m.same:
-        return "same"
-    return f"differs ({len(m.gap())})"
+    gaps = [len(diff(m.exclusive, part)) for part in parts if part is not None]
+    return "same" if not any(gaps) else f"differs ({max(gaps)})"
 
 
 def _print(m: Measurement, *, parts: bool) -> None:
@@ -109,9 +112,12 @@ def _print(m: Measurement, *, parts: bool) -> None:
         print("  the exclusive container as NRI showed it to gpushare (what a plugin can copy on this containerd):")
         print("\n".join(f"    {line}" for line in m.source_view.lines()))
         print("\n".join(f"    CDI device {name}" for name in m.source_cdi_devices))
-    if not m.same:
-        print("  gap (exclusive -> target):")
-        print("\n".join(f"    {line}" for line in m.gap()))
+    for recipient, (part, refusal) in m.recipients().items():
+        if part is None:
+            print(f"  {recipient}: refused: {refusal}")
+        elif part != m.exclusive:
+            print(f"  gap (exclusive -> {recipient}):")
+            print("\n".join(f"    {line}" for line in diff(m.exclusive, part)))
 
 
 def _summary(results: list[tuple[str, Measurement]]) -> None:

@@ -35,24 +35,30 @@ kubelet stand-in and device-plugin runner; hack/nvidia/gpu_part_report.py import
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from controller.io.podresources import PodResourcesClient
+from controller.io.vendor_allocate import VendorAllocateResolver
 from deviceplugins._pb import api_pb2
 from fakenvidia.driver_root import DriverRoot, build_driver_root
 from fakenvidia.gpus import FakeGpus
 from gpushare import keys
+from gpushare.codecs import encode_devices_from, encode_devices_ids
 from gpushare.config import load_config
+from gpushare.ids import format_spot_id, virtual_ids_of
 from localcluster.containerd import Containerd, ContainerdInstall
 from localcluster.containerd_config import RUNC, Paths
 from localcluster.cri import CriClient, CriError, DeviceSpec, MountSpec
@@ -60,7 +66,9 @@ from localcluster.lifecycle import Lifecycle
 from localcluster.paths import NvidiaBinaries
 from nri_plugin import Injector, convert
 from nri_plugin._pb import nri_pb2
+from nri_plugin.model import Bundle
 from tests.harness.gpu_part import GpuPart, diff, gpu_part, read_bundle_part
+from tests.harness.podresources_server import PodResourcesServer
 from tests.integration.containerd.common import connected_stub
 from tests.integration.kubelet_peer.peer import KubeletPeer
 from tests.integration.nvidia.conftest import binary_env
@@ -169,6 +177,20 @@ class Measurement:
     # what a plugin can copy from it on this containerd (before any runtime's rewrite).
     source_view: GpuPart = field(default_factory=GpuPart)
     source_cdi_devices: tuple[str, ...] = ()
+    # A sharer in another pod on the source as its shadow, and a spot borrower of the source's GPU
+    # through the vendor plugin's own Allocate; None: refused, and why.
+    sharer: GpuPart | None = None
+    sharer_refusal: str = ""
+    borrower: GpuPart | None = None
+    borrower_refusal: str = ""
+
+    def recipients(self) -> dict[str, tuple[GpuPart | None, str]]:
+        """Each kind of recipient gpushare serves, with its part (None: refused) and the refusal."""
+        return {
+            "DinD target": (self.target, self.refusal),
+            "sharer": (self.sharer, self.sharer_refusal),
+            "spot borrower": (self.borrower, self.borrower_refusal),
+        }
 
     @property
     def key(self) -> str:
@@ -197,15 +219,56 @@ def hook_probe(lib_dir: str) -> list[str]:
     ]
 
 
+class _Vendor:
+    """The DeviceResolver of the strategy being measured (the plugin restarts per strategy)."""
+
+    def __init__(self) -> None:
+        self.resolver: VendorAllocateResolver | None = None
+        self.registry: Any = None
+
+    def resolve(self, resource: str, ids: tuple[str, ...]) -> Bundle | None:
+        return self.resolver.resolve(resource, ids) if self.resolver is not None else None
+
+
+@dataclass(frozen=True)
+class _Lent:
+    """The agent's lend state for the harness: the measured GPU is lent, to whoever holds spot-<it>."""
+
+    gpu: str
+
+    def lend_ended(self, real_id: str, namespace: str, pod: str, uid: str) -> str | None:
+        return None if real_id == self.gpu else "not lent in this harness"
+
+
 class SourceRecorder(Injector):
     """gpushare's Injector, unchanged, that also keeps each container as NRI delivered it.
 
     It reads the node's CDI specs from ``cdi_dir``, as the agent reads ``cdiSpecDirs``.
     """
 
-    def __init__(self, cdi_dir: Path) -> None:
-        super().__init__(dataclasses.replace(load_config(None), cdi_spec_dirs=(str(cdi_dir),)))
+    def __init__(self, cdi_dir: Path, pod_resources: str, lent: str) -> None:
+        config = dataclasses.replace(load_config(None), cdi_spec_dirs=(str(cdi_dir),))
+        self.vendor = _Vendor()
+        super().__init__(
+            config,
+            oracle=PodResourcesClient(pod_resources, ttl_s=0.0),
+            resolver=self.vendor,
+            lend_state=_Lent(lent),
+        )
+        self.vendor.registry = lambda: self.gpu_parts.registry
+        self.visibility_env = config.visibility_env
         self.seen: dict[tuple[str, str], nri_pb2.Container] = {}
+
+    def serve_spot_from(self, plugin_dir: str, socket: str) -> None:
+        """Spot borrowers get the GPU from this vendor socket's Allocate, as the agent's resolver asks it."""
+        self.vendor.resolver = VendorAllocateResolver(
+            plugin_dir,
+            visibility_env=self.visibility_env,
+            cdi_registry=self.vendor.registry,
+            sockets={RESOURCE: socket},
+            host_root="",
+            timeout_s=10.0,  # generous on a loaded machine: nothing here is timed
+        )
 
     def create_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> nri_pb2.ContainerAdjustment:
         copy = nri_pb2.Container()
@@ -339,6 +402,12 @@ class NvidiaNode(Lifecycle):
 
     def _allocate(self, strategy: str) -> Allocation:
         """One Allocate of this node's GPU from a plugin running just for it, as kubelet calls it."""
+        with self.serving(strategy) as (peer, _):
+            return Allocation.from_response(strategy, self.gpu_uuid, peer.allocate(RESOURCE, [self.gpu_uuid]))
+
+    @contextlib.contextmanager
+    def serving(self, strategy: str) -> Iterator[tuple[KubeletPeer, str]]:
+        """The device plugin in ``strategy``, registered with a kubelet peer; yields it and its socket."""
         plugin_dir = tempfile.mkdtemp(prefix="gs-nvdp-", dir="/tmp")  # short: a socket path fits 107 bytes
         peer = KubeletPeer(plugin_dir)
         peer.start()
@@ -365,7 +434,7 @@ class NvidiaNode(Lifecycle):
                         raise RuntimeError(f"nvidia-device-plugin ({strategy}) did not register:\n{plugin.log_text()}")
                     time.sleep(0.05)
                 peer.wait_devices(RESOURCE, lambda devices: self.gpu_uuid in dict(devices), timeout_s=REGISTER_S)
-                return Allocation.from_response(strategy, self.gpu_uuid, peer.allocate(RESOURCE, [self.gpu_uuid]))
+                yield peer, os.path.join(plugin_dir, peer.registered(RESOURCE)[-1].endpoint)
         finally:
             peer.stop()
             shutil.rmtree(plugin_dir, ignore_errors=True)
@@ -405,14 +474,26 @@ def measure_all(
     containerd: Containerd,
     combinations: list[tuple[str, Runtime]] | None = None,
 ) -> list[Measurement]:
-    """Each (strategy, runtime) on ``containerd``, with gpushare's NRI plugin connected meanwhile."""
+    """Each (strategy, runtime) on ``containerd``, with gpushare's NRI plugin connected meanwhile.
+
+    PodResources is a real gRPC server standing in for kubelet's (it says who holds what), and the
+    device plugin runs in each strategy while its combinations are measured, so that a spot
+    borrower's GPU comes from its real Allocate, as the agent asks it."""
     wanted = combinations or [(s, r) for s in STRATEGIES for r in RUNTIMES]
-    injector = SourceRecorder(node.cdi_dir)
-    with (
-        CriClient(containerd.address, cgroup_parent=containerd.cgroup_parent) as cri,
-        connected_stub(containerd, injector),
-    ):
-        return [measure(node, containerd, cri, injector, strategy=s, runtime=r) for s, r in wanted]
+    out: list[Measurement] = []
+    with PodResourcesServer() as server:
+        injector = SourceRecorder(node.cdi_dir, server.socket, node.gpu_uuid)
+        with (
+            CriClient(containerd.address, cgroup_parent=containerd.cgroup_parent) as cri,
+            connected_stub(containerd, injector),
+        ):
+            for strategy in dict.fromkeys(s for s, _ in wanted):
+                with node.serving(strategy) as (peer, socket):
+                    injector.serve_spot_from(peer.dir, socket)
+                    for s, r in wanted:
+                        if s == strategy:
+                            out.append(measure(node, containerd, cri, injector, server, strategy=s, runtime=r))
+    return out
 
 
 def measure(
@@ -420,30 +501,46 @@ def measure(
     containerd: Containerd,
     cri: CriClient,
     recorder: SourceRecorder,
+    server: PodResourcesServer,
     *,
     strategy: str,
     runtime: Runtime,
 ) -> Measurement:
-    """One pod: ``main`` holding the GPU as kubelet would create it, ``dind`` asking gpushare for it."""
+    """One shadow pod: ``main`` holding the GPU as kubelet would create it, ``dind`` asking gpushare for
+    it in the same pod; a sharer pod on it as its shadow; a spot borrower of its GPU."""
     allocation = node.allocations[strategy]
+    name = f"parts-{strategy}-{runtime.name}"
     pod = cri.run_pod(
-        f"parts-{strategy}-{runtime.name}",
+        name,
+        keys.SHADOW_NAMESPACE,
+        labels={keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "4", keys.LABEL_SHARE_KIND: keys.KIND_SHARE},
         annotations={f"{keys.POD_ANNOTATION_DEVICES_FROM_PREFIX}{TARGET}": EXCLUSIVE},
         runtime_handler=runtime.handler,
     )
+    others: list[str] = []
     try:
         main = cri.run_container(pod, EXCLUSIVE, **allocation.container_kwargs())
         exclusive = _read(node, containerd, main)
         probe = cri.exec_sync(main, hook_probe(node.container_lib_dir)).stdout
         view, cdi_devices = recorder.view(pod.id, EXCLUSIVE, driver_root=str(node.root.path), aliases=node.aliases())
-        target: GpuPart | None = None
-        refusal = ""
-        try:
-            target = _read(node, containerd, cri.run_container(pod, TARGET))
-        except CriError as exc:
-            if "gpushare:" not in exc.details:
-                raise
-            refusal = exc.details
+        target, refusal = _try(node, containerd, lambda: cri.run_container(pod, TARGET))
+
+        vids = virtual_ids_of(keys.SHADOW_NAMESPACE, name, 4)[:1]
+        sharer_pod = cri.run_pod(f"sharer-{strategy}-{runtime.name}", "team-a", runtime_handler=runtime.handler)
+        others.append(sharer_pod.id)
+        server.allocate("team-a", sharer_pod.name, "app", keys.share_resource(keys.KIND_SHARE, 4), vids)
+        sharer_from = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.SHADOW_NAMESPACE, name, vids, EXCLUSIVE)}
+        sharer, sharer_refusal = _try(
+            node, containerd, lambda: cri.run_container(sharer_pod, "app", annotations=sharer_from)
+        )
+
+        spot_pod = cri.run_pod(f"spot-{strategy}-{runtime.name}", "team-b", runtime_handler=runtime.handler)
+        others.append(spot_pod.id)
+        server.allocate("team-b", spot_pod.name, "job", keys.RESOURCE_SPOT_GPU, [format_spot_id(node.gpu_uuid)])
+        spot_ids = {keys.ANNOTATION_DEVICES_IDS: encode_devices_ids({RESOURCE: [node.gpu_uuid]})}
+        borrower, borrower_refusal = _try(
+            node, containerd, lambda: cri.run_container(spot_pod, "job", annotations=spot_ids)
+        )
         return Measurement(
             containerd.install.version,
             strategy,
@@ -454,9 +551,24 @@ def measure(
             exclusive_probe=probe,
             source_view=view,
             source_cdi_devices=cdi_devices,
+            sharer=sharer,
+            sharer_refusal=sharer_refusal,
+            borrower=borrower,
+            borrower_refusal=borrower_refusal,
         )
     finally:
-        cri.remove_pod(pod.id)
+        for pod_id in (*others, pod.id):
+            cri.remove_pod(pod_id)
+
+
+def _try(node: NvidiaNode, containerd: Containerd, create: Any) -> tuple[GpuPart | None, str]:
+    """The created container's part, or None and gpushare's refusal."""
+    try:
+        return _read(node, containerd, create()), ""
+    except CriError as exc:
+        if "gpushare:" not in exc.details:
+            raise
+        return None, exc.details
 
 
 def _read(node: NvidiaNode, containerd: Containerd, container_id: str) -> GpuPart:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from cli.doctor.nvidia_modes import nvidia_verdict
+from tests.harness.gpu_part import diff
 from tests.integration.nvidia.gpu_parts import RUNTIMES, STRATEGIES, Measurement
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "nvidia.md"
@@ -18,7 +19,7 @@ def render_table(measurements: Iterable[Measurement], releases: Mapping[str, str
     by_key = {(m.strategy, m.runtime, m.containerd): m for m in measurements}
     versions = sorted({v for _, _, v in by_key})
     lines = [
-        "| strategy | runtime | containerd | exclusive pod | sharer, borrower, DinD target | how | note, fix |",
+        "| strategy | runtime | containerd | exclusive pod | DinD target, sharer, spot borrower | how | note, fix |",
         "|---|---|---|---|---|---|---|",
     ]
     for strategy in STRATEGIES:
@@ -29,12 +30,14 @@ def render_table(measurements: Iterable[Measurement], releases: Mapping[str, str
                     continue
                 verdict = nvidia_verdict(strategy, runtime, int(version.split(".")[0]))
                 exclusive = "gets the GPU" if verdict.exclusive else "**no GPU**"
-                if m.target is None:
+                parts = [part for part, _ in m.recipients().values()]
+                if any(part is None for part in parts):
                     target = "refused"
-                elif m.same:
+                elif all(part == m.exclusive for part in parts):
                     target = "same part"
                 else:
-                    target = f"same part but {len(m.gap())} line(s), see note"
+                    lines_off = max(len(diff(m.exclusive, part)) for part in parts if part is not None)
+                    target = f"same part but {lines_off} line(s), see note"
                 note = "; ".join(x for x in (verdict.note, f"fix: {verdict.fix}" if verdict.fix else "") if x)
                 lines.append(
                     f"| `{strategy}` | {runtime} | {releases.get(version, version)} | {exclusive} | {target} "

@@ -21,12 +21,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from cli.doctor.diagnosis import ContainerdFact, Status, check_nvidia
 from cli.doctor.nvidia_modes import nvidia_verdict
+from cli.doctor.socket_probe import probe_kubelet, probe_nvidia_plugin
 from fakenvidia.driver_root import DRIVER_LIBRARIES, DRIVER_TOOLS, GSP_FIRMWARE, DriverRoot
+from gpushare.config import load_config
 from localcluster.containerd import VERSIONS, InstallMissing, find_install
 from localcluster.cri import CriClient
 from localcluster.paths import NvidiaBinaries
 from tests.harness.gpu_part import DeviceRule, GpuPart, diff, sorted_rules
+from tests.harness.podresources_server import PodResourcesServer
+from tests.integration.nvidia.device_plugin import RESOURCE
 from tests.integration.nvidia.gpu_parts import (
     CDI_STRATEGIES,
     GPU_INDEX,
@@ -261,22 +266,30 @@ def test_nri_shows_gpushare_the_source_before_the_runtime(
     assert m.source_cdi_devices == ((f"{PLUGIN_CDI_KIND}={node.gpu_uuid}",) if from_cri_field else ())
 
 
+RECIPIENTS = ("DinD target", "sharer", "spot borrower")
+
+
+@pytest.mark.parametrize("recipient", RECIPIENTS)
 @pytest.mark.parametrize(("strategy", "runtime"), COMBINATIONS, ids=IDS)
-def test_target_gets_the_exclusive_part(
-    measured: dict[tuple[str, str], Measurement], strategy: str, runtime: str
+def test_each_recipient_gets_the_exclusive_part(
+    measured: dict[tuple[str, str], Measurement], strategy: str, runtime: str, recipient: str
 ) -> None:
-    """The DinD target gets exactly the GPU part the exclusive container got, for the same GPU.
+    """A DinD target, a sharer and a spot borrower each get exactly the GPU part the exclusive container
+    got, for the same GPU.
 
     Where containerd put the GPU into the source from CDI, containerd 2.x resolves the same CDI names
-    for the target (gpushare's adjustment names them), so it also grants the same ``rwm`` rules;
-    containerd 1.7.24's NRI v0.6.1 has no CDI names in an adjustment, so gpushare copies the edits
+    for the recipient (gpushare's adjustment names them), so it also grants the same ``rwm`` rules;
+    containerd 1.7.24's NRI v0.6.1 has no CDI names in an adjustment, so gpushare sends the edits
     and NRI grants each node ``rw``: the one difference, documented in docs/nvidia.md. Where the
-    NVIDIA runtime adds the GPU at start, the target gets the same request (the visibility variable,
-    the device-list mounts) and the runtime gives it the same GPU."""
+    NVIDIA runtime adds the GPU at start, the recipient gets the same request (the visibility
+    variable, the device-list mounts) and the runtime gives it the same GPU. The target copies its
+    same-pod source, the sharer its shadow (the source, confirmed by PodResources), and the borrower
+    gets the vendor plugin's own Allocate answer for the lent GPU, as the agent asks it."""
     m = measured[(strategy, runtime)]
-    assert m.target is not None, m.refusal
+    part, refusal = m.recipients()[recipient]
+    assert part is not None, refusal
     expected = expected_target(m)
-    assert m.target == expected, "\n".join(diff(expected, m.target))
+    assert part == expected, "\n".join(diff(expected, part))
 
 
 def test_the_docs_table_is_what_this_tier_measured(node: NvidiaNode) -> None:
@@ -290,7 +303,11 @@ def test_the_docs_table_is_what_this_tier_measured(node: NvidiaNode) -> None:
         verdict = nvidia_verdict(m.strategy, m.runtime, int(m.containerd.split(".")[0]))
         got_gpu = any(d.path == f"/dev/nvidia{GPU_INDEX}" for d in m.exclusive.devices)
         assert got_gpu == verdict.exclusive, f"{m.key}: the exclusive pod got a GPU: {got_gpu}; doctor says {verdict}"
-        assert (m.target == expected_target(m)) == verdict.same, f"{m.key}: {m.gap()}; doctor says {verdict}"
+        for recipient, (part, refusal) in m.recipients().items():
+            same = part == expected_target(m)
+            assert same == verdict.same, (
+                f"{m.key}, {recipient}: {refusal or diff(m.exclusive, part)}; doctor: {verdict}"
+            )
     table = render_table(measurements, _RELEASES)
     text = DOCS.read_text()
     begin, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
@@ -318,3 +335,22 @@ def test_a_part_compares_equal_only_to_the_same_part(
     limits = "+ hook createRuntime: <toolkit>/nvidia-cdi-hook apply-cuda-memory-limits"
     assert [line for line in lines if line.startswith(limits)] != [], lines
     assert diff(native, native) == [] and diff(GpuPart(), GpuPart()) == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_doctor_reads_the_strategy_from_the_real_plugin(node: NvidiaNode, strategy: str) -> None:
+    """`gpushare doctor` finds NVIDIA's plugin among kubelet's sockets by asking each to Allocate one of
+    kubelet's allocatable GPUs, and reads the strategy from the real answer; with the runtime mode and
+    containerd version it then says the table's row."""
+    with node.serving(strategy) as (peer, socket):
+        # kubelet's allocatable GPUs (PodResources), which the doctor reads instead of a ListAndWatch.
+        listed = peer.wait_devices(RESOURCE, lambda devices: len(devices) > 0)
+        with PodResourcesServer(allocatable=lambda: {RESOURCE: [i for i, _ in listed]}) as server:
+            kubelet = probe_kubelet(peer.dir, server.socket)
+        found = probe_nvidia_plugin(kubelet, load_config(None).device_list_dirs)
+    assert found is not None and found.socket == socket
+    assert (found.strategy, found.error) == (strategy, None)
+    check = check_nvidia(found, ContainerdFact(version="2.4.2"))
+    verdict = nvidia_verdict(strategy, "native-cdi", 2)
+    assert check.status is (Status.OK if verdict.works else Status.FAIL), check
+    assert verdict.how in check.summary

@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli.doctor import host_probe as probe
-from cli.doctor import socket_probe as sockets
 from cli.doctor.diagnosis import parse_version
 
 # What tomllib and yaml.safe_load can hand over: nested tables of scalars and lists.
@@ -59,12 +58,3 @@ def test_containerd_settings_from_any_document(doc: Any, major: int | None) -> N
 def test_kubelet_settings_from_any_document(doc: Any, argv: list[str]) -> None:
     driver, root = probe.kubelet_settings(doc, argv)
     assert isinstance(driver, str) and isinstance(root, str)
-
-
-@given(st.binary(max_size=200))
-def test_decode_allocatable_gives_counts_or_value_error(raw: bytes) -> None:
-    try:
-        counts = sockets.decode_allocatable(raw)
-    except ValueError:
-        return
-    assert all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in counts.items())

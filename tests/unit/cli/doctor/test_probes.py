@@ -270,16 +270,6 @@ def _devices(resource: str, *ids: str) -> bytes:
     return bytes([0x0A, len(payload)]) + payload
 
 
-def test_decode_allocatable() -> None:
-    cpus = bytes([0x12, 2, 1, 2])  # field 2, packed cpu ids 1 and 2: skipped
-    raw = _devices("nvidia.com/gpu", "GPU-a", "GPU-b") + cpus + _devices("nvidia.com/gpu", "GPU-c") + _devices("x/y")
-    assert sockets.decode_allocatable(raw) == {"nvidia.com/gpu": 3, "x/y": 0}
-    assert sockets.decode_allocatable(b"") == {}
-    for bad in (b"\x0a\x05ab", b"\x0b", b"\x0d\x00", bytes([0x0A, 2, 0xFF, 0xFF])):
-        with pytest.raises(ValueError):
-            sockets.decode_allocatable(bad)
-
-
 @pytest.fixture
 def kubelet_dirs() -> Iterator[tuple[Path, Path]]:
     """A device-plugin dir with kubelet.sock, a vendor socket, gpushare's own, and a real PodResources server.
