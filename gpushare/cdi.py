@@ -56,7 +56,10 @@ class CdiMount:
 
 
 @dataclass(frozen=True)
-class CdiHook:
+class Hook:
+    """An OCI hook with its stage, as a CDI spec names it and as NRI carries it (one type for both,
+    so a container's hook and a spec's compare equal)."""
+
     stage: str  # OCI's name: createRuntime, createContainer, ...
     path: str
     args: tuple[str, ...] = ()
@@ -65,6 +68,7 @@ class CdiHook:
 
     @property
     def key(self) -> tuple[str, str, tuple[str, ...]]:
+        """What makes two hooks the same hook."""
         return (self.stage, self.path, self.args)
 
 
@@ -73,7 +77,7 @@ class CdiEdits:
     env: tuple[str, ...] = ()  # "K=V"
     device_nodes: tuple[CdiDeviceNode, ...] = ()
     mounts: tuple[CdiMount, ...] = ()
-    hooks: tuple[CdiHook, ...] = ()
+    hooks: tuple[Hook, ...] = ()
 
     def plus(self, other: CdiEdits) -> CdiEdits:
         """Both edits, in order, each entry once."""
@@ -200,7 +204,7 @@ def parse_edits(edits: Any, where: str) -> CdiEdits:
                 f"{at}.hookName {h.get('hookName')!r} is not an OCI hook stage ({', '.join(HOOK_STAGES)})"
             )
         hooks.append(
-            CdiHook(
+            Hook(
                 stage=_str(h, "hookName", at, required=True),
                 path=_str(h, "path", at, required=True),
                 args=_strings(h.get("args"), f"{at}.args"),

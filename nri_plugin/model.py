@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gpushare import keys
-from gpushare.cdi import CdiRegistry, parse_annotation_value
+from gpushare.cdi import CdiRegistry, Hook, parse_annotation_value
 
 _T = TypeVar("_T")
 
@@ -38,22 +38,6 @@ class Mount:
     source: str
     type: str = ""
     options: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Hook:
-    """An OCI hook (NRI ``Hook``) with its stage, by OCI's name (``createContainer``, ...)."""
-
-    stage: str
-    path: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    timeout: int | None = None
-
-    @property
-    def key(self) -> tuple[str, str, tuple[str, ...]]:
-        """What makes two hooks the same hook (a CDI spec's hook has the same key)."""
-        return (self.stage, self.path, self.args)
 
 
 def _union(first: tuple[_T, ...], second: tuple[_T, ...], key: Callable[[_T], object]) -> tuple[_T, ...]:

@@ -43,7 +43,7 @@ from deviceplugins.server import KUBELET_SOCKET_NAME, dial
 from gpushare import keys
 from gpushare.cdi import CdiEdits, CdiRegistry
 from gpushare.log import kv
-from nri_plugin.model import Bundle, DeviceNode, Hook, Mount
+from nri_plugin.model import Bundle, DeviceNode, Mount
 from nri_plugin.oracle import Holder
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class VendorAllocateResolver:
             devices=tuple(devices),
             env=tuple((e.partition("=")[0], e.partition("=")[2]) for e in edits.env),
             mounts=tuple(Mount(m.container_path, m.host_path, m.type, m.options) for m in edits.mounts),
-            hooks=tuple(Hook(h.stage, h.path, h.args, h.env, h.timeout) for h in edits.hooks),
+            hooks=edits.hooks,
         )
 
     def _node(self, container_path: str, host_path: str) -> DeviceNode | None:
