@@ -28,6 +28,7 @@ from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.pod_rules import CachedPodRules
 from controller.io.podresources import PodResourcesClient
+from controller.io.shadow_devices import ShadowDevices
 from controller.io.state import StateStore
 from controller.io.vendor_allocate import KubeletHolders, VendorAllocateResolver
 from controller.loop import ReconcileLoop
@@ -73,6 +74,7 @@ class Agent:
         # ``spot_sources`` only names the socket the NRI plugin asks Allocate on.
         self.plugins = PluginManager.from_config(cfg, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
+        self.shadow_devices = ShadowDevices()
         self.injector = self._injector(cfg, spot_sources)
         self.stub = Stub(
             self.injector, socket_path=cfg.nri.socket, name=cfg.nri.plugin_name, index=cfg.nri.plugin_index
@@ -89,6 +91,7 @@ class Agent:
             elector=elector,
             spot=spot_runtime.hooks() if spot_runtime is not None else None,
             period_s=period_s,
+            shadow_devices=self.shadow_devices,
         )
         self.metrics = AgentMetrics(
             self.loop.last_report,
@@ -148,6 +151,7 @@ class Agent:
             pod_rules=CachedPodRules(self._node_pod, cfg.real_resources),
             on_decision=self._on_nri_decision,
             on_refusal=self._on_nri_refusal,
+            on_shadow_started=self.shadow_devices.note,
         )
 
     def _node_pod(self, key: str) -> Mapping[str, Any] | None:

@@ -53,6 +53,7 @@ from controller.io.lease import LeaseElector
 from controller.io.namespace_cache import NamespaceCache
 from controller.io.pod_cache import CacheView, PodCache
 from controller.io.podresources_entries import entries_from_pod_resources
+from controller.io.shadow_devices import ShadowDevices
 from controller.io.state import TIMER_SHADOW_EMPTY, StateStore
 from controller.metrics.attribution import attribute
 from controller.node_pass import NodePass, PassParts, plan_node
@@ -98,6 +99,7 @@ class ReconcileLoop:
         period_s: float = 2.0,
         resync_s: float = 300.0,
         clock: Callable[[], float] = time.time,
+        shadow_devices: ShadowDevices | None = None,
     ) -> None:
         if not cfg.node_name:
             raise GpushareError("gpushare: the loop needs nodeName (config nodeName or the NODE_NAME variable)")
@@ -106,6 +108,7 @@ class ReconcileLoop:
         self._plugins = plugins
         self._podres = podresources
         self._real_devices: dict[str, tuple[AdvertisedDevice, ...]] = {}
+        self._shadow_devices = shadow_devices
         # SQLite objects belong to the thread that opened them: the loop thread opens the store.
         self._state_dir = state_dir
         self._store: StateStore | None = None
@@ -405,6 +408,9 @@ class ReconcileLoop:
         unhealthy = self._plugins.vendor_unhealthy()
         if unhealthy:
             snap = dataclasses.replace(snap, vendor_unhealthy=unhealthy)
+        if self._shadow_devices is not None:
+            self._shadow_devices.keep_only({s.ref.key for s in snap.shadows_on(self.cfg.node_name)})
+            snap = dataclasses.replace(snap, shadow_device_nodes=self._shadow_devices.observed())
         if self._spot is None:
             return snap
         # Container IDs of the pods as the pass read them: a pod it cannot read has none to look up.

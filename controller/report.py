@@ -18,7 +18,7 @@ from typing import Any
 from controller.core.mapping import MappingCache
 from controller.core.model import PodResourcesEntry, Snapshot
 from controller.metrics.attribution import Attribution
-from controller.share.solver import KeyDemand
+from controller.share.solver import KeyDemand, unhealthy_shadows
 from controller.spot.solver import GpuSpot
 from gpushare import keys
 from gpushare.rules import is_gpushare_resource
@@ -116,6 +116,7 @@ def describe_node(
     for e in (*snapshot.pod_resources, *pod_resources):
         if e.resource in real and e.namespace == keys.SHADOW_NAMESPACE and e.container == keys.SHADOW_CONTAINER:
             gpu_of[e.pod_key] = tuple(sorted(e.device_ids))
+    sick = unhealthy_shadows(snapshot.shadows, mapping, snapshot.vendor_unhealthy, snapshot.shadow_device_nodes)
     shadows = tuple(
         ShadowStatus(
             pod=s.ref.key,
@@ -126,11 +127,7 @@ def describe_node(
             gpu=gpu_of.get(s.ref.key, ()),
             users=tuple(sorted(mapping.users_of(s.ref.key) or s.users)),
             unschedulable=unschedulable.get(s.ref.key, ""),
-            unhealthy="; ".join(
-                f"GPU {rid} {snapshot.vendor_unhealthy[rid]}"
-                for rid in gpu_of.get(s.ref.key, ())
-                if rid in snapshot.vendor_unhealthy
-            ),
+            unhealthy=sick.get(s.ref.key, ""),
         )
         for s in snapshot.shadows
     )

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from gpushare import keys, rules
 from gpushare.config import Config
 from gpushare.errors import REFUSED_LEND_ENDED, REFUSED_MIX, REFUSED_UNCONFIRMED, InstructionRefused
 from gpushare.log import kv
@@ -66,6 +67,7 @@ class Injector:
         gpu_parts: NodeGpuParts | None = None,
         on_decision: OnDecision | None = None,
         on_refusal: Callable[[str], None] | None = None,
+        on_shadow_started: Callable[[str, int], None] | None = None,
         keep_timings: int = 100_000,
     ) -> None:
         self.gpu_parts = gpu_parts if gpu_parts is not None else NodeGpuParts.from_config(config)
@@ -79,6 +81,9 @@ class Injector:
         self._pod_rules = pod_rules
         self._on_decision = on_decision
         self._on_refusal = on_refusal  # gets the refusal's reason word (gpushare.errors.REFUSAL_REASONS)
+        # Gets ("ns/name", pid) of each shadow's main container once it runs: whether the container
+        # stack really gave it its GPU can only be seen in the running container (docs/nvidia.md).
+        self._on_shadow_started = on_shadow_started
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
 
     # --- NRI events (the Stub derives the subscription mask from these method names) ---
@@ -91,9 +96,17 @@ class Injector:
         )
 
     def synchronize(self, pods: Iterable[nri_pb2.PodSandbox], containers: Iterable[nri_pb2.Container]) -> None:
+        pods, containers = list(pods), list(containers)
         self.cache.replace_all((convert.pod_info(p) for p in pods), (convert.container_info(c) for c in containers))
         view = self.cache.view
         log.info("nri: synchronized", extra=kv(pods=len(view.pods), containers=len(view.containers)))
+        by_id = {p.id: p for p in pods}
+        for c in containers:
+            if c.pod_sandbox_id in by_id:
+                self._note_shadow_start(by_id[c.pod_sandbox_id], c)
+
+    def post_start_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> None:
+        self._note_shadow_start(pod, container)
 
     def create_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> nri_pb2.ContainerAdjustment:
         start = time.perf_counter()
@@ -165,6 +178,15 @@ class Injector:
         self.cache.remove_pod(pod.id)
 
     # --- helpers ---
+
+    def _note_shadow_start(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> None:
+        if (
+            self._on_shadow_started is not None
+            and container.pid > 0
+            and container.name == keys.SHADOW_CONTAINER
+            and rules.is_shadow(pod.namespace, dict(pod.labels))
+        ):
+            self._on_shadow_started(f"{pod.namespace}/{pod.name}", container.pid)
 
     def handler_times_ms(self) -> list[float]:
         """Durations of CreateContainer handlers so far (benchmarks report p50/p99)."""

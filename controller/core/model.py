@@ -305,8 +305,11 @@ class Snapshot:
     deleted_shadows: frozenset[PodRef] = frozenset()
     problems: tuple[str, ...] = ()  # the messages of ``pod_problems``
     pod_problems: tuple[PodProblem, ...] = ()
-    # Real ID -> why its vendor device plugin calls it Unhealthy (the vendor plugins gpushare follows).
+    # Real ID -> why it is Unhealthy (kubelet lists it no more as allocatable).
     vendor_unhealthy: Mapping[str, str] = field(default_factory=dict)
+    # Shadow ("ns/name") -> the character devices its running main container has (docs/nvidia.md);
+    # a shadow not in it has not been seen running by this agent.
+    shadow_device_nodes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def shadows_on(self, node: str) -> list[ShadowPod]:
         return [s for s in self.shadows if s.node_name == node]

@@ -42,6 +42,7 @@ from controller.share.shadow_drain import holds_drains, is_draining, plan_draini
 from gpushare import keys
 from gpushare.config import Config
 from gpushare.ids import virtual_ids_of
+from nri_plugin.device_rules import rule_for
 
 
 @dataclass(frozen=True)
@@ -312,22 +313,36 @@ def _idle_deletes(
 
 
 def unhealthy_shadows(
-    shadows: Iterable[ShadowPod], mapping: MappingCache, vendor_unhealthy: Mapping[str, str]
+    shadows: Iterable[ShadowPod],
+    mapping: MappingCache,
+    vendor_unhealthy: Mapping[str, str],
+    device_nodes: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str]:
-    """Shadow (``ns/name``) -> why, for each shadow holding a GPU its vendor plugin lists Unhealthy.
+    """Shadow (``ns/name``) -> why, for each shadow whose GPU cannot serve a sharer.
 
-    Which GPU a shadow holds is kubelet's word (PodResources, ``mapping.real``); a GPU the vendor
-    plugin calls Unhealthy (an XID, a lost device) cannot serve a new sharer either."""
+    Which GPU a shadow holds is kubelet's word (PodResources, ``mapping.real``). It cannot serve when
+    kubelet no longer lists it allocatable (its plugin calls it Unhealthy), or when the shadow's
+    running container has no device node of the vendor's GPUs (``device_nodes``): the node's
+    container stack gave it none, so no sharer copying it could start CUDA either."""
     keys_here = {s.ref.key for s in shadows}
+    seen = device_nodes or {}
     out: dict[str, str] = {}
     for held in mapping.real:
-        if held.pod.key not in keys_here:
+        key = held.pod.key
+        if key not in keys_here:
             continue
         why = [
             f"GPU {rid} ({held.resource}) {vendor_unhealthy[rid]}" for rid in held.real_ids if rid in vendor_unhealthy
         ]
+        rule = rule_for(held.resource)
+        nodes = seen.get(key)
+        if rule is not None and nodes is not None and not any(rule.per_gpu.fullmatch(p) for p in nodes):
+            why.append(
+                f"its container holds {held.resource} {', '.join(held.real_ids)} but has no {rule.vendor} GPU device "
+                "node: the node's container stack gave it none (gpushare doctor says why; docs/nvidia.md)"
+            )
         if why:
-            out[held.pod.key] = "; ".join(why)
+            out[key] = "; ".join(why)
     return out
 
 
@@ -350,7 +365,7 @@ def plan_node_shares(
     shadows_here = snapshot.shadows_on(node)
     held = frozenset(h.shadow_key for h in mapping.holdings)
     holding = {h.sharer.key for h in mapping.holdings}
-    sick = unhealthy_shadows(shadows_here, mapping, snapshot.vendor_unhealthy)
+    sick = unhealthy_shadows(shadows_here, mapping, snapshot.vendor_unhealthy, snapshot.shadow_device_nodes)
     actions += [
         RecordEvent(
             s.ref, REASON_GPU_UNHEALTHY, f"{sick[s.ref.key]}: its share slots are advertised Unhealthy", "Warning"

@@ -51,6 +51,7 @@ from typing import Any
 import yaml
 
 from controller.io.podresources import PodResourcesClient
+from controller.io.shadow_devices import ShadowDevices
 from controller.io.vendor_allocate import VendorAllocateResolver
 from deviceplugins._pb import api_pb2
 from fakenvidia.driver_root import DriverRoot, build_driver_root
@@ -183,6 +184,9 @@ class Measurement:
     sharer_refusal: str = ""
     borrower: GpuPart | None = None
     borrower_refusal: str = ""
+    # The character devices the running exclusive container (a shadow's main) has, as the agent reads
+    # them from /proc when NRI says it started; None: NRI gave no pid.
+    started_device_nodes: tuple[str, ...] | None = None
 
     def recipients(self) -> dict[str, tuple[GpuPart | None, str]]:
         """Each kind of recipient gpushare serves, with its part (None: refused) and the refusal."""
@@ -249,11 +253,13 @@ class SourceRecorder(Injector):
     def __init__(self, cdi_dir: Path, pod_resources: str, lent: str) -> None:
         config = dataclasses.replace(load_config(None), cdi_spec_dirs=(str(cdi_dir),))
         self.vendor = _Vendor()
+        self.shadow_devices = ShadowDevices()
         super().__init__(
             config,
             oracle=PodResourcesClient(pod_resources, ttl_s=0.0),
             resolver=self.vendor,
             lend_state=_Lent(lent),
+            on_shadow_started=self.shadow_devices.note,
         )
         self.vendor.registry = lambda: self.gpu_parts.registry
         self.visibility_env = config.visibility_env
@@ -521,6 +527,7 @@ def measure(
     try:
         main = cri.run_container(pod, EXCLUSIVE, **allocation.container_kwargs())
         exclusive = _read(node, containerd, main)
+        started = _wait_started(recorder.shadow_devices, f"{keys.SHADOW_NAMESPACE}/{name}")
         probe = cri.exec_sync(main, hook_probe(node.container_lib_dir)).stdout
         view, cdi_devices = recorder.view(pod.id, EXCLUSIVE, driver_root=str(node.root.path), aliases=node.aliases())
         target, refusal = _try(node, containerd, lambda: cri.run_container(pod, TARGET))
@@ -555,10 +562,22 @@ def measure(
             sharer_refusal=sharer_refusal,
             borrower=borrower,
             borrower_refusal=borrower_refusal,
+            started_device_nodes=started,
         )
     finally:
         for pod_id in (*others, pod.id):
             cri.remove_pod(pod_id)
+
+
+def _wait_started(seen: ShadowDevices, shadow: str, timeout_s: float = 10.0) -> tuple[str, ...] | None:
+    """What the agent read of the shadow's running main (NRI's PostStartContainer may come a little after
+    StartContainer returned)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (nodes := seen.observed().get(shadow)) is not None:
+            return nodes
+        time.sleep(0.02)
+    return None
 
 
 def _try(node: NvidiaNode, containerd: Containerd, create: Any) -> tuple[GpuPart | None, str]:

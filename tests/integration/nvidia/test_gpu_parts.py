@@ -24,8 +24,11 @@ import pytest
 from cli.doctor.diagnosis import ContainerdFact, Status, check_nvidia
 from cli.doctor.nvidia_modes import nvidia_verdict
 from cli.doctor.socket_probe import probe_kubelet, probe_nvidia_plugin
+from controller.core.mapping import MappingCache
+from controller.share.solver import unhealthy_shadows
 from fakenvidia.driver_root import DRIVER_LIBRARIES, DRIVER_TOOLS, GSP_FIRMWARE, DriverRoot
-from gpushare.config import load_config
+from gpushare import keys
+from gpushare.config import Config, load_config
 from localcluster.containerd import VERSIONS, InstallMissing, find_install
 from localcluster.cri import CriClient
 from localcluster.paths import NvidiaBinaries
@@ -43,6 +46,7 @@ from tests.integration.nvidia.gpu_parts import (
     measure_all,
 )
 from tests.integration.nvidia.table import DOCS, TABLE_BEGIN, TABLE_END, render_table
+from tests.unit.controller.podmaker import NODE, row, shadow, snap
 
 pytestmark = pytest.mark.integration
 
@@ -335,6 +339,26 @@ def test_a_part_compares_equal_only_to_the_same_part(
     limits = "+ hook createRuntime: <toolkit>/nvidia-cdi-hook apply-cuda-memory-limits"
     assert [line for line in lines if line.startswith(limits)] != [], lines
     assert diff(native, native) == [] and diff(GpuPart(), GpuPart()) == []
+
+
+@pytest.mark.parametrize(("strategy", "runtime"), COMBINATIONS, ids=IDS)
+def test_the_agent_sees_whether_the_stack_gave_the_shadow_its_gpu(
+    measured: dict[tuple[str, str], Measurement], node: NvidiaNode, strategy: str, runtime: str
+) -> None:
+    """Where no container gets a GPU (the variable or device lists under plain runc), the agent sees it in
+    the running shadow itself, and lists that shadow's share slots Unhealthy rather than hand out a GPU
+    CUDA cannot open; everywhere else the shadow has its GPU's node and its slots are offered."""
+    m = measured[(strategy, runtime)]
+    assert m.started_device_nodes is not None, "NRI's PostStartContainer gave no pid for the shadow's main"
+    gets_gpu = source_of(strategy, runtime) != NONE
+    assert (f"/dev/nvidia{GPU_INDEX}" in m.started_device_nodes) == gets_gpu, m.started_device_nodes
+    name = f"parts-{strategy}-{runtime}"
+    cfg = Config(node_name=NODE, real_resources=(RESOURCE,))
+    snapshot = snap([shadow(name, 4, resource=RESOURCE)], cfg)
+    rows = [row(f"{keys.SHADOW_NAMESPACE}/{name}", "main", RESOURCE, node.gpu_uuid)]
+    mapping = MappingCache.rebuild(rows, snapshot.pods, cfg.real_resources)
+    sick = unhealthy_shadows(snapshot.shadows, mapping, {}, {f"{keys.SHADOW_NAMESPACE}/{name}": m.started_device_nodes})
+    assert (f"{keys.SHADOW_NAMESPACE}/{name}" in sick) == (not gets_gpu), sick
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

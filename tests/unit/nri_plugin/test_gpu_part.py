@@ -6,11 +6,12 @@ import pytest
 
 from gpushare import keys
 from gpushare.cdi import CdiRegistry, Hook, parse_spec
+from gpushare.config import load_config
 from gpushare.errors import InstructionRefused
 from nri_plugin import convert
 from nri_plugin._pb import nri_pb2
 from nri_plugin.decide import SamePod, decide, for_runtime
-from nri_plugin.injector import takes_cdi_devices
+from nri_plugin.injector import Injector, takes_cdi_devices
 from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, GpuPartRule, Mount, PodInfo, build_runtime_view
 
 KIND = "k8s.device-plugin.nvidia.com/gpu"
@@ -155,3 +156,19 @@ def test_the_adjustment_carries_mounts_hooks_and_cdi_names_on_the_wire() -> None
     ctr = nri_pb2.Container(id="c", mounts=adj.mounts, hooks=adj.hooks, CDI_devices=adj.CDI_devices)
     info = convert.container_info(ctr)
     assert info.mounts == (LIBCUDA,) and info.hooks == bundle.hooks and info.cdi_devices == bundle.cdi_devices
+
+
+def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() -> None:
+    started: list[tuple[str, int]] = []
+    injector = Injector(load_config(None), on_shadow_started=lambda key, pid: started.append((key, pid)))
+    shadow_pod = nri_pb2.PodSandbox(
+        id="s", name="shadow-0", namespace=keys.SHADOW_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
+    )
+    tenant = nri_pb2.PodSandbox(id="t", name="web", namespace="team", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
+    injector.post_start_container(shadow_pod, nri_pb2.Container(id="c1", name=keys.SHADOW_CONTAINER, pid=41))
+    injector.post_start_container(shadow_pod, nri_pb2.Container(id="c2", name="sidecar", pid=42))
+    injector.post_start_container(tenant, nri_pb2.Container(id="c3", name=keys.SHADOW_CONTAINER, pid=43))
+    injector.post_start_container(shadow_pod, nri_pb2.Container(id="c4", name=keys.SHADOW_CONTAINER, pid=0))
+    # After a restart, containerd's Synchronize replays the running shadow: it is noted too.
+    injector.synchronize([shadow_pod], [nri_pb2.Container(id="c5", pod_sandbox_id="s", name="main", pid=44)])
+    assert started == [(f"{keys.SHADOW_NAMESPACE}/shadow-0", 41), (f"{keys.SHADOW_NAMESPACE}/shadow-0", 44)]

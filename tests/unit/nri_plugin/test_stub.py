@@ -134,7 +134,7 @@ def test_mask_is_derived_from_methods_and_capped(plugin: object, mask: int) -> N
 
 
 def test_injector_mask_and_a_plugin_that_handles_nothing_is_refused(injector: Injector) -> None:
-    assert derive_mask(injector) == 0x40C
+    assert derive_mask(injector) == 0x44C  # create, post-start (a shadow started), remove container, remove pod
     with pytest.raises(NriError, match="handles no NRI event"):
         derive_mask(_Nothing())
 
@@ -151,7 +151,7 @@ def test_bad_name_or_index_is_refused_before_dialing(kwargs: dict[str, str], nee
 def test_handshake_registers_name_index_and_mask(runtime: FakeRuntime, running: Running) -> None:
     assert runtime.registration is not None
     assert (runtime.registration.plugin_name, runtime.registration.plugin_idx) == ("gpushare", "10")
-    assert runtime.configure_reply is not None and runtime.configure_reply.events == 0x40C
+    assert runtime.configure_reply is not None and runtime.configure_reply.events == 0x44C
     assert running.wait_connections(1) == 1
 
 

@@ -1,0 +1,71 @@
+"""``ShadowDevices``: the device nodes each running shadow's ``main`` container really has.
+
+A shadow holds its GPU for its sharers, but the node's container stack decides whether the
+container gets the GPU: NVIDIA's device plugin in its ``envvar`` strategy under plain runc gives no
+container a GPU at all, and a runtime that adds the GPU does so after the NRI plugin has seen the
+container (docs/nvidia.md). So the only place to see it is the running container: the character
+devices under ``/proc/<pid>/root/dev`` (and ``dev/dri``) once NRI says the container started.
+
+The NRI plugin calls ``note(shadow, pid)`` (PostStartContainer, and Synchronize after a restart);
+the loop reads ``observed()`` each pass. Reading is a few ``scandir`` calls; a container that
+exited before it was read is simply not observed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+
+from gpushare.log import kv
+
+log = logging.getLogger(__name__)
+
+PROC_ROOT = "/proc"
+_DEV_DIRS = ("dev", "dev/dri")
+_MAX_SHADOWS = 4096
+
+
+def device_nodes(pid: int, *, proc_root: str = PROC_ROOT) -> tuple[str, ...]:
+    """The character devices of a process's root under ``/dev`` and ``/dev/dri``, as paths in it."""
+    found: list[str] = []
+    for sub in _DEV_DIRS:
+        try:
+            entries = list(os.scandir(f"{proc_root}/{pid}/root/{sub}"))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if stat.S_ISCHR(entry.stat(follow_symlinks=False).st_mode):
+                    found.append(f"/{sub}/{entry.name}")
+            except OSError:
+                continue
+    return tuple(sorted(found))
+
+
+class ShadowDevices:
+    def __init__(self, *, proc_root: str = PROC_ROOT) -> None:
+        self._proc_root = proc_root
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[str, ...]] = {}
+
+    def note(self, shadow: str, pid: int) -> None:
+        nodes = device_nodes(pid, proc_root=self._proc_root)
+        if not nodes and not os.path.exists(f"{self._proc_root}/{pid}"):
+            return  # it exited before it could be read: nothing is known
+        with self._lock:
+            if len(self._seen) >= _MAX_SHADOWS and shadow not in self._seen:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[shadow] = nodes
+        log.info("shadow started", extra=kv(shadow=shadow, device_nodes=len(nodes)))
+
+    def observed(self) -> dict[str, tuple[str, ...]]:
+        with self._lock:
+            return dict(self._seen)
+
+    def keep_only(self, shadows: set[str]) -> None:
+        """Forget shadows that are gone (the loop's list of this node's shadows)."""
+        with self._lock:
+            for key in [k for k in self._seen if k not in shadows]:
+                del self._seen[key]
