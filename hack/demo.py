@@ -1,7 +1,12 @@
 """`make demo`: a one-node cluster with 2 fake GPUs, gpushare installed with helm, and a walk-through.
 
-    python hack/demo.py up   [--root /tmp/gs-demo]   # cluster + fake GPUs + agent, then the walk-through
-    python hack/demo.py down [--root /tmp/gs-demo]   # agent, fake GPUs and cluster gone
+    python hack/demo.py up   [--root /tmp/gs-demo] [--vendor fake|nvidia]  # cluster + GPUs + agent, walk-through
+    python hack/demo.py down [--root /tmp/gs-demo]                         # agent, GPUs and cluster gone
+
+``--vendor nvidia`` (`make demo VENDOR=nvidia`) runs NVIDIA's own stack instead of gpushare's fake
+vendor: NVIDIA's device plugin in the cdi-cri strategy on fakenvidia's driver root, containerd
+resolving the CDI names (hack/nvidia/demo_stack.py); the walk-through then shows the DinD sidecar
+and each sharer with the GPU's node and the driver's libraries, as the exclusive container has them.
 
 The cluster lives in ROOT (``python -m localcluster``). gpushare is installed as an operator
 installs it (docs/install.md): the image `make image` builds, imported into the node's
@@ -29,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from hack.nvidia.demo_stack import NvidiaStack  # noqa: E402
 from localcluster.agent import FAKE_RESOURCE, GPUSHARE, AgentSettings, agent_mode  # noqa: E402
 from localcluster.cluster import Cluster  # noqa: E402
 from localcluster.deploy import fake_gpus  # noqa: E402
@@ -52,9 +58,16 @@ def show(cmd: list[str], text: str) -> None:
     print(text.rstrip(), flush=True)
 
 
+NVIDIA_RESOURCE = "nvidia.com/gpu"
+# What shows a container's GPU part: its GPU's device node, and the driver's library CDI mounted.
+NVIDIA_PROBE = "ls /dev | grep -E '^nvidia[0-9]+$'; ls /usr/lib/x86_64-linux-gnu | grep '^libcuda'"
+
+
 class Demo:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, vendor: str = "fake") -> None:
         self.root = root
+        self.vendor = vendor
+        self.resource = NVIDIA_RESOURCE if vendor == "nvidia" else FAKE_RESOURCE
         self.side = Path(f"{root}-agent")
         self.kubeconfig = root / "kubeconfig"
         # The kubectl built with the cluster (same version), not whatever the machine has on PATH.
@@ -140,15 +153,29 @@ class Demo:
         print("and remove everything with: make demo-down")
 
     def install(self, cluster: Cluster) -> str:
-        """The fake GPUs and the agent; the config path `gpushare status` takes where it runs."""
+        """The GPUs and the agent; the config path `gpushare status` takes where it runs."""
         mode = agent_mode()
         pods = mode == "pod"
-        how = "a DaemonSet, helm chart tests/charts/fake-gpus" if pods else "a host process"
-        say(f"starting the fake vendor device plugin: 2 GPUs as {FAKE_RESOURCE} ({how})")
-        gpus = fake_gpus(cluster, self.side, mode=mode)
-        gpus.start()
-        self.wait("the fake GPUs in node allocatable", lambda: self.allocatable().get(FAKE_RESOURCE) == "2", 60)
-        agent = node_agent(cluster, self.side, AgentSettings(idle_s=60, args=()), mode=mode)
+        config: dict[str, Any] = {}
+        gpus: Any = None
+        if self.vendor == "nvidia":
+            say(
+                "starting NVIDIA's stack on a fake driver root: 2 GPUs, nvidia-ctk's CDI spec, NVIDIA's device "
+                "plugin v0.17.4 (--device-list-strategy=cdi-cri, a host process)"
+            )
+            stack = NvidiaStack(cluster, self.side)
+            stack.start()
+            # The NVIDIA GPUs are the default pool, and the agent reads the CDI spec containerd resolves.
+            config = {"realResources": [NVIDIA_RESOURCE], "cdiSpecDirs": [str(stack.cdi_dir)]}
+        else:
+            how = "a DaemonSet, helm chart tests/charts/fake-gpus" if pods else "a host process"
+            say(f"starting the fake vendor device plugin: 2 GPUs as {FAKE_RESOURCE} ({how})")
+            gpus = fake_gpus(cluster, self.side, mode=mode)
+            gpus.start()
+        self.wait(
+            f"2 GPUs of {self.resource} in node allocatable", lambda: self.allocatable().get(self.resource) == "2", 60
+        )
+        agent = node_agent(cluster, self.side, AgentSettings(idle_s=60, args=(), config=config), mode=mode)
         if pods:
             say("installing gpushare: the image from `make image` into the node's containerd, then helm install")
         else:
@@ -162,7 +189,8 @@ class Demo:
             show(["kubectl", "get", "pods", "-A", "-o", "wide"], self.kubectl("get", "pods", "-A", "-o", "wide"))
             return POD_CONFIG
         for name, process in (("agent", agent), ("fake-gpus", gpus)):
-            (self.side / f"{name}.pid").write_text(str(getattr(process, "pid", "")))
+            if process is not None:
+                (self.side / f"{name}.pid").write_text(str(getattr(process, "pid", "")))
         print(f"agent log: {self.side / 'agent.log'}   metrics: http://127.0.0.1:{agent.port}/metrics")
         return str(agent.config_path)
 
@@ -175,14 +203,14 @@ class Demo:
         say("a Docker-in-Docker dev pod: 'main' asks for a GPU, the 'dind' sidecar gets the same one")
         pod = pod_manifest(
             "dind-dev",
-            resources={FAKE_RESOURCE: "1"},
+            resources={self.resource: "1"},
             containers=["main", "dind"],
             annotations={"gpushare.k8s.io/container-devices-from.dind": "main"},
         )
         print("pod annotation  gpushare.k8s.io/container-devices-from.dind: main")
         self.apply(pod)
         self.wait("dind-dev Running", lambda: self._phase("default", "dind-dev") == "Running")
-        script = "ls /dev | grep fakegpu; env | grep FAKE"
+        script = NVIDIA_PROBE if self.vendor == "nvidia" else "ls /dev | grep fakegpu; env | grep FAKE"
         for c in ("main", "dind"):
             argv = ["exec", "dind-dev", "-c", c, "--", "sh", "-c", script]
             show(["kubectl", *argv[:-1], repr(script)], self.kubectl(*argv))
@@ -219,7 +247,8 @@ class Demo:
         for p in sorted(self.pods("default", "app=inference"), key=lambda p: p["metadata"]["name"]):
             name = p["metadata"]["name"]
             owner = json.loads((p["metadata"].get("annotations") or {}).get("gpushare.k8s.io/shadow-owner", "{}"))
-            seen = self.kubectl("exec", name, "--", "sh", "-c", "echo $FAKE_VISIBLE_DEVICES").strip()
+            probe = NVIDIA_PROBE if self.vendor == "nvidia" else "echo $FAKE_VISIBLE_DEVICES"
+            seen = " ".join(self.kubectl("exec", name, "--", "sh", "-c", probe).split())
             lines.append(f"{name:32} shadow={','.join(owner) or '(recording…)':48} sees {seen}")
         show(["(each replica's shadow and the GPU it sees)"], "\n".join(lines))
 
@@ -231,6 +260,7 @@ class Demo:
         # Host processes of GPUSHARE_AGENT_MODE=process; the pods go with the cluster.
         self.stop("agent")
         self.stop("fake-gpus")
+        NvidiaStack.stop(self.side)
         subprocess.run([sys.executable, "-m", "localcluster", "down", "--root", str(self.root)], cwd=REPO, check=False)
         shutil.rmtree(self.side, ignore_errors=True)
         print(f"demo removed ({self.root}, {self.side})")
@@ -240,8 +270,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--root", default="/tmp/gs-demo", type=Path)
+    parser.add_argument("--vendor", default="fake", choices=["fake", "nvidia"], help="whose GPUs (default: fake)")
     args = parser.parse_args()
-    demo = Demo(args.root)
+    demo = Demo(args.root, args.vendor)
     demo.up() if args.action == "up" else demo.down()
 
 

@@ -63,17 +63,10 @@ class PluginProcess:
         return self.proc.returncode
 
 
-@contextlib.contextmanager
-def device_plugin(
-    nvidia: NvidiaBinaries,
-    root: DriverRoot,
-    plugin_dir: str,
-    log: Path,
-    *flags: str,
-    env: dict[str, str] | None = None,
-    cdi_dir: str | None = None,
-) -> Iterator[PluginProcess]:
-    """The plugin for ``root``'s GPUs, registering with the peer serving ``plugin_dir``.
+def plugin_argv(
+    nvidia: NvidiaBinaries, root: DriverRoot, plugin_dir: str, *flags: str, cdi_dir: str | None = None
+) -> list[str]:
+    """The plugin's command line for ``root``'s GPUs, in a mount namespace of its own (module docstring).
 
     ``--container-driver-root`` is where the plugin itself finds ``libnvidia-ml.so.1`` (a process on
     the host gives the root itself); ``--driver-root`` is the host path it would put in CDI specs.
@@ -83,7 +76,7 @@ def device_plugin(
     namespace = [_NAMESPACE_SCRIPT, "gs-nvidia-dp", plugin_dir]
     if cdi_dir is not None:
         namespace = [_NAMESPACE_SCRIPT_CDI, "gs-nvidia-dp", plugin_dir, cdi_dir]
-    argv = [
+    return [
         "unshare",
         "--mount",  # and private propagation, unshare's default: nothing goes back to the host
         "--",
@@ -95,6 +88,20 @@ def device_plugin(
         f"--container-driver-root={root.path}",
         *flags,
     ]
+
+
+@contextlib.contextmanager
+def device_plugin(
+    nvidia: NvidiaBinaries,
+    root: DriverRoot,
+    plugin_dir: str,
+    log: Path,
+    *flags: str,
+    env: dict[str, str] | None = None,
+    cdi_dir: str | None = None,
+) -> Iterator[PluginProcess]:
+    """The plugin for ``root``'s GPUs, registering with the peer serving ``plugin_dir`` (``plugin_argv``)."""
+    argv = plugin_argv(nvidia, root, plugin_dir, *flags, cdi_dir=cdi_dir)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             argv, env=env if env is not None else binary_env(), stdout=out, stderr=subprocess.STDOUT
