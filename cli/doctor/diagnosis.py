@@ -57,6 +57,8 @@ class ContainerdFact:
     # NVIDIA's runtime, the mode its config.toml sets (None: unset or unreadable).
     runtime_binary: str = ""
     nvidia_runtime_mode: str | None = None
+    # Its accept-nvidia-visible-devices-envvar-when-unprivileged (False: the hardened mode).
+    nvidia_envvar_when_unprivileged: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -454,7 +456,7 @@ def check_nvidia(n: NvidiaPluginFact, c: ContainerdFact) -> Check:
     version = parse_version(c.version)
     if version is None:
         return Check(name, Status.WARN, f"strategy {n.strategy}, containerd version unknown", "")
-    runtime = runtime_mode_of(c.runtime_binary, c.nvidia_runtime_mode)
+    runtime = runtime_mode_of(c.runtime_binary, c.nvidia_runtime_mode, c.nvidia_envvar_when_unprivileged)
     verdict = nvidia_verdict(n.strategy, runtime, version[0])
     summary = f"strategy {n.strategy}, {runtime}, containerd {c.version}: {verdict.how}"
     if verdict.note:

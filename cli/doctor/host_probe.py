@@ -140,14 +140,16 @@ def default_runtime_binary(doc: Mapping[str, Any]) -> str:
     return binary if isinstance(binary, str) else ""
 
 
-def nvidia_runtime_mode(pid: int, proc: Path = PROC) -> str | None:
-    """``nvidia-container-runtime.mode`` of NVIDIA's runtime config as containerd's root sees it."""
+def nvidia_runtime_settings(pid: int, proc: Path = PROC) -> tuple[str | None, bool | None]:
+    """``nvidia-container-runtime.mode`` and ``accept-nvidia-visible-devices-envvar-when-unprivileged``
+    of NVIDIA's runtime config as containerd's root sees it (None: unset or unreadable)."""
     try:
         doc = tomllib.loads(in_root_of(pid, NVIDIA_RUNTIME_CONFIG, proc).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
+        return None, None
     mode = _table(doc, "nvidia-container-runtime").get("mode")
-    return mode if isinstance(mode, str) else None
+    envvar = doc.get("accept-nvidia-visible-devices-envvar-when-unprivileged")
+    return (mode if isinstance(mode, str) else None), (envvar if isinstance(envvar, bool) else None)
 
 
 def _same_path(a: str, b: str) -> bool:
@@ -208,8 +210,8 @@ def probe_containerd(nri_socket: str, proc: Path = PROC) -> ContainerdFact:
         parsed = parse_version(version)
         disabled, _, systemd = containerd_settings(doc, parsed[0] if parsed else None)
         binary = default_runtime_binary(doc)
-        mode = nvidia_runtime_mode(pid, proc) if "nvidia-container-runtime" in binary else None
-        return ContainerdFact(pid, path, None, version, disabled, socket, systemd, tuple(others), binary, mode)
+        mode, envvar = nvidia_runtime_settings(pid, proc) if "nvidia-container-runtime" in binary else (None, None)
+        return ContainerdFact(pid, path, None, version, disabled, socket, systemd, tuple(others), binary, mode, envvar)
     return ContainerdFact(others=tuple(others))
 
 

@@ -23,7 +23,10 @@ NATIVE_CDI = "native-cdi"
 RUNTIME_CDI = "runtime-cdi"
 RUNTIME_JIT_CDI = "runtime-jit-cdi"
 RUNTIME_LEGACY = "runtime-legacy"
-RUNTIME_MODES = (NATIVE_CDI, RUNTIME_CDI, RUNTIME_JIT_CDI)
+# NVIDIA's hardened mode: accept-nvidia-visible-devices-envvar-when-unprivileged = false.
+RUNTIME_CDI_HARDENED = "runtime-cdi-hardened"
+RUNTIME_MODES = (NATIVE_CDI, RUNTIME_CDI, RUNTIME_JIT_CDI, RUNTIME_CDI_HARDENED)
+_MODE_WORDS = {RUNTIME_CDI: "cdi mode", RUNTIME_JIT_CDI: "jit-cdi mode", RUNTIME_CDI_HARDENED: "cdi mode, hardened"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,14 @@ def nvidia_verdict(strategy: str, runtime: str, containerd_major: int) -> Nvidia
             note="containerd 1.7's NRI cannot name CDI devices or grant mknod: the target's device rules are "
             "rw where the exclusive pod's are rwm (CUDA does not mknod)",
         )
+    if runtime == RUNTIME_CDI_HARDENED and strategy == "envvar":
+        return NvidiaVerdict(
+            False,
+            True,
+            "nothing: the runtime's hardened mode ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers",
+            fix="set the device plugin's --device-list-strategy to volume-mounts (what the hardened mode reads) "
+            "or cdi-cri",
+        )
     if runtime == NATIVE_CDI:
         return NvidiaVerdict(
             False,
@@ -82,7 +93,7 @@ def nvidia_verdict(strategy: str, runtime: str, containerd_major: int) -> Nvidia
     return NvidiaVerdict(
         True,
         True,
-        f"nvidia-container-runtime ({runtime.removeprefix('runtime-')} mode) adds the GPU at start from the "
+        f"nvidia-container-runtime ({_MODE_WORDS[runtime]}) adds the GPU at start from the "
         f"{'variable' if strategy == 'envvar' else 'device-list mounts'}; gpushare gives the target the same request",
         note="a sharer's pod must run under the same runtime (the node's default, or the same RuntimeClass)",
     )
@@ -108,13 +119,16 @@ def strategy_of_answer(
     return None
 
 
-def runtime_mode_of(binary: str, nvidia_mode: str | None) -> str:
+def runtime_mode_of(binary: str, nvidia_mode: str | None, envvar_when_unprivileged: bool | None = None) -> str:
     """The runtime mode of a containerd runtime handler: its binary, and the NVIDIA runtime's
-    configured ``nvidia-container-runtime.mode`` when the binary is that runtime."""
+    configured ``nvidia-container-runtime.mode`` and ``accept-nvidia-visible-devices-envvar-when-unprivileged``
+    when the binary is that runtime."""
     name = binary.rsplit("/", 1)[-1]
     if not name.startswith("nvidia-container-runtime"):
         return NATIVE_CDI
     # NVIDIA ships nvidia-container-runtime.cdi and .legacy, each fixed to its mode.
     forced = name.removeprefix("nvidia-container-runtime").removeprefix(".")
     mode = forced or nvidia_mode or "auto"
+    if mode == "cdi" and envvar_when_unprivileged is False:
+        return RUNTIME_CDI_HARDENED
     return {"cdi": RUNTIME_CDI, "jit-cdi": RUNTIME_JIT_CDI}.get(mode, RUNTIME_LEGACY)

@@ -18,9 +18,13 @@ from cli.doctor.nvidia_modes import (
 @pytest.mark.parametrize("major", [1, 2])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("runtime", RUNTIME_MODES)
-def test_only_plain_runc_without_cdi_gives_no_gpu(runtime: str, strategy: str, major: int) -> None:
+def test_only_plain_runc_without_cdi_or_the_variable_under_the_hardened_mode_gives_no_gpu(
+    runtime: str, strategy: str, major: int
+) -> None:
     verdict = nvidia_verdict(strategy, runtime, major)
-    broken = runtime == "native-cdi" and strategy not in CDI_STRATEGIES
+    broken = (runtime == "native-cdi" and strategy not in CDI_STRATEGIES) or (
+        runtime == "runtime-cdi-hardened" and strategy == "envvar"
+    )
     assert verdict.exclusive is not broken
     assert verdict.works is not broken
     assert bool(verdict.fix) is broken  # a fix is named exactly where it does not work
@@ -101,3 +105,11 @@ def test_the_doctor_warns_where_the_vendor_shares_its_gpus_itself() -> None:
     check = check_nvidia(NvidiaPluginFact("/x.sock", "cdi-cri", replicas=True), containerd)
     assert check.status is Status.WARN and "spot lends no replica" in check.summary
     assert "sharing off" in check.hint
+
+
+def test_the_hardened_mode_gives_the_envvar_strategy_no_gpu_and_reads_device_lists() -> None:
+    assert runtime_mode_of("/usr/bin/nvidia-container-runtime", "cdi", False) == "runtime-cdi-hardened"
+    assert runtime_mode_of("/usr/bin/nvidia-container-runtime", "cdi", True) == "runtime-cdi"
+    envvar = nvidia_verdict("envvar", "runtime-cdi-hardened", 2)
+    assert not envvar.works and "volume-mounts" in envvar.fix
+    assert nvidia_verdict("volume-mounts", "runtime-cdi-hardened", 2).works

@@ -95,12 +95,16 @@ class Runtime:
     name: str
     handler: str
     mode: str | None  # nvidia-container-runtime's mode; None: plain runc
+    # NVIDIA's hardened mode: accept-nvidia-visible-devices-envvar-when-unprivileged = false, so an
+    # unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored and only the device-list mounts count.
+    hardened: bool = False
 
 
 RUNTIMES = (
     Runtime("native-cdi", "", None),
     Runtime("runtime-cdi", "nvidia-cdi", "cdi"),
     Runtime("runtime-jit-cdi", "nvidia-jit-cdi", "jit-cdi"),
+    Runtime("runtime-cdi-hardened", "nvidia-cdi-hardened", "cdi", hardened=True),
 )
 
 # What is not measured here, and why; the report prints it.
@@ -449,7 +453,7 @@ class NvidiaNode(Lifecycle):
         """The runtime's config.toml (toolkit 1.20's keys, api/config/v1) and the wrapper naming it."""
         config = self.base / f"{runtime.handler}.toml"
         config.write_text(f"""accept-nvidia-visible-devices-as-volume-mounts = true
-accept-nvidia-visible-devices-envvar-when-unprivileged = true
+accept-nvidia-visible-devices-envvar-when-unprivileged = {"false" if runtime.hardened else "true"}
 
 [nvidia-container-cli]
 root = "{self.root.path}"

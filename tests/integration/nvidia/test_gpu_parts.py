@@ -80,7 +80,10 @@ DEVICE_LIST = "/var/run/nvidia-container-devices"
 def source_of(strategy: str, runtime: str) -> str:
     if strategy in CDI_STRATEGIES:
         return PLUGIN_SPEC
-    return NONE if runtime == "native-cdi" else TOOLKIT
+    # The hardened mode ignores an unprivileged container's NVIDIA_VISIBLE_DEVICES: envvar gives nothing.
+    if runtime == "native-cdi" or (runtime == "runtime-cdi-hardened" and strategy == "envvar"):
+        return NONE
+    return TOOLKIT
 
 
 @pytest.fixture(scope="module")
