@@ -24,7 +24,7 @@ from fakenvidia.gpus import FakeGpus
 from localcluster.cluster import Cluster
 from localcluster.containerd_config import Paths
 from localcluster.paths import NvidiaBinaries
-from tests.integration.nvidia.conftest import binary_env
+from tests.integration.nvidia.conftest import binary_env, nvidia_ctk_generate
 from tests.integration.nvidia.device_plugin import RESOURCE, plugin_argv
 
 PID_FILE = "nvidia-device-plugin.pid"
@@ -45,17 +45,7 @@ class NvidiaStack:
         nvidia = NvidiaBinaries.find()
         self.root = build_driver_root(self.side / "nvidia-root", FakeGpus(count=self.count, uuid_seed="demo"))
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
-        argv = [
-            str(nvidia.ctk),
-            "cdi",
-            "generate",
-            f"--driver-root={self.root.path}",
-            f"--nvidia-cdi-hook-path={nvidia.cdi_hook}",
-            f"--output={self.cdi_dir / 'nvidia.yaml'}",
-        ]
-        done = subprocess.run(argv, env=binary_env(), capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        nvidia_ctk_generate(nvidia, self.root, self.cdi_dir / "nvidia.yaml")
         plugin = plugin_argv(
             nvidia,
             self.root,

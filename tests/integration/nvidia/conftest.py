@@ -11,6 +11,8 @@ fixture errors, which fails the tests too.
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,24 @@ GPU_COUNT = 8
 # Not the default seed: UUIDs of this tier's GPUs appear nowhere else, so a test that got its UUIDs
 # from anywhere but this root's mock would not pass by accident.
 UUID_SEED = "nvidia-tier"
+
+
+def nvidia_ctk_generate(nvidia: NvidiaBinaries, root: DriverRoot, out: Path, *extra: str) -> str:
+    """``nvidia-ctk cdi generate`` for ``root`` into ``out``, as an operator runs it; its log (stderr)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(nvidia.ctk),
+        "cdi",
+        "generate",
+        f"--driver-root={root.path}",
+        f"--nvidia-cdi-hook-path={nvidia.cdi_hook}",
+        f"--output={out}",
+        *extra,
+    ]
+    done = subprocess.run(argv, env=binary_env(), capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stderr
 
 
 def binary_env(**extra: str) -> dict[str, str]:

@@ -40,7 +40,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -72,7 +71,7 @@ from tests.harness.gpu_part import GpuPart, diff, gpu_part, read_bundle_part
 from tests.harness.podresources_server import PodResourcesServer
 from tests.integration.containerd.common import connected_stub
 from tests.integration.kubelet_peer.peer import KubeletPeer
-from tests.integration.nvidia.conftest import binary_env
+from tests.integration.nvidia.conftest import binary_env, nvidia_ctk_generate
 from tests.integration.nvidia.device_plugin import RESOURCE, device_plugin
 
 STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
@@ -395,17 +394,7 @@ class NvidiaNode(Lifecycle):
     # --- set-up ---------------------------------------------------------------------------------
     def _generate_cdi_spec(self) -> dict[str, Any]:
         out = self.cdi_dir / "nvidia.yaml"
-        argv = [
-            str(self.nvidia.ctk),
-            "cdi",
-            "generate",
-            f"--driver-root={self.root.path}",
-            f"--nvidia-cdi-hook-path={self.nvidia.cdi_hook}",
-            f"--output={out}",
-        ]
-        done = subprocess.run(argv, env=binary_env(), capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        nvidia_ctk_generate(self.nvidia, self.root, out)
         spec = yaml.safe_load(out.read_text())
         assert isinstance(spec, dict)
         return spec

@@ -20,7 +20,7 @@ import yaml
 
 from fakenvidia.driver_root import DRIVER_LIBRARIES, DRIVER_TOOLS, GSP_FIRMWARE, DriverRoot
 from localcluster.paths import NvidiaBinaries
-from tests.integration.nvidia.conftest import GPU_COUNT, binary_env
+from tests.integration.nvidia.conftest import GPU_COUNT, binary_env, nvidia_ctk_generate
 
 pytestmark = pytest.mark.integration
 
@@ -68,19 +68,8 @@ class Generated:
 
 
 def generate(nvidia: NvidiaBinaries, root: DriverRoot, out: Path, *extra: str) -> Generated:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    argv = [
-        str(nvidia.ctk),
-        "cdi",
-        "generate",
-        f"--driver-root={root.path}",
-        f"--nvidia-cdi-hook-path={nvidia.cdi_hook}",
-        f"--output={out}",
-        *extra,
-    ]
-    done = subprocess.run(argv, env=binary_env(), capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-4000:]}"
-    return Generated(yaml.safe_load(out.read_text()), out, done.stderr)
+    log = nvidia_ctk_generate(nvidia, root, out, *extra)
+    return Generated(yaml.safe_load(out.read_text()), out, log)
 
 
 @pytest.fixture(scope="module")
