@@ -48,9 +48,12 @@ class CdiDeviceNode:
 
 
 @dataclass(frozen=True)
-class CdiMount:
-    container_path: str
-    host_path: str
+class Mount:
+    """A mount as OCI names it (a CDI spec's ``containerPath`` is the destination, ``hostPath`` the
+    source), one type for a spec's mount and a container's, so that the two compare equal."""
+
+    destination: str
+    source: str
     type: str = ""
     options: tuple[str, ...] = ()
 
@@ -76,7 +79,7 @@ class Hook:
 class CdiEdits:
     env: tuple[str, ...] = ()  # "K=V"
     device_nodes: tuple[CdiDeviceNode, ...] = ()
-    mounts: tuple[CdiMount, ...] = ()
+    mounts: tuple[Mount, ...] = ()
     hooks: tuple[Hook, ...] = ()
 
     def plus(self, other: CdiEdits) -> CdiEdits:
@@ -189,9 +192,9 @@ def parse_edits(edits: Any, where: str) -> CdiEdits:
     for i, m in enumerate(_entries(edits, "mounts", where)):
         at = f"{where}.mounts[{i}]"
         mounts.append(
-            CdiMount(
-                container_path=_str(m, "containerPath", at, required=True),
-                host_path=_str(m, "hostPath", at, required=True),
+            Mount(
+                destination=_str(m, "containerPath", at, required=True),
+                source=_str(m, "hostPath", at, required=True),
                 type=_str(m, "type", at),
                 options=_strings(m.get("options"), f"{at}.options"),
             )

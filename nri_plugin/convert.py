@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpushare.cdi import Hook
+from gpushare.cdi import Hook, Mount
 from nri_plugin._pb import nri_pb2
-from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, Mount, PodInfo, parse_env
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, parse_env
 
 # NRI's Hooks fields by OCI's stage names, in OCI's order.
 HOOK_FIELDS = (

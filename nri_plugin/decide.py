@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from gpushare import keys, rules
-from gpushare.cdi import CdiRegistry
+from gpushare.cdi import CdiRegistry, Mount
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.errors import (
     REFUSED_CONFLICT,
@@ -50,7 +50,7 @@ from gpushare.errors import (
 )
 from gpushare.ids import parse_spot_id, parse_virtual_id_or_none
 from nri_plugin.device_rules import gpu_nodes
-from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, Mount, PodInfo, RuntimeView, SourceRecord
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, PodInfo, RuntimeView, SourceRecord
 from nri_plugin.oracle import Holder
 
 RETRY_HINT = "kubelet retries container creation with back-off, so the pod converges once it exists"
@@ -232,7 +232,7 @@ def for_runtime(added: Bundle, registry: CdiRegistry, *, takes_cdi_devices: bool
     covered = registry.edits_of(names) if names else None
     if takes_cdi_devices and covered is not None:
         nodes = {n.path for n in covered.device_nodes}
-        mounts = {m.container_path for m in covered.mounts}
+        mounts = {m.destination for m in covered.mounts}
         hooks = {h.key for h in covered.hooks}
         return Bundle(
             devices=tuple(d for d in added.devices if d.path not in nodes),

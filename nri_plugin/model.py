@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gpushare import keys
-from gpushare.cdi import CdiRegistry, Hook, parse_annotation_value
+from gpushare.cdi import CdiRegistry, Hook, Mount, parse_annotation_value
 
 _T = TypeVar("_T")
 
@@ -28,16 +28,6 @@ class DeviceNode:
     file_mode: int | None = None  # permission bits only
     uid: int | None = None
     gid: int | None = None
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A mount as the runtime sees it (NRI ``Mount``)."""
-
-    destination: str
-    source: str
-    type: str = ""
-    options: tuple[str, ...] = ()
 
 
 def _union(first: tuple[_T, ...], second: tuple[_T, ...], key: Callable[[_T], object]) -> tuple[_T, ...]:
@@ -113,7 +103,7 @@ class GpuPartRule:
 
     @functools.cached_property
     def _cdi_mounts(self) -> frozenset[tuple[str, str]]:
-        return frozenset((m.container_path, m.host_path) for m in self.cdi.all_edits.mounts)
+        return frozenset((m.destination, m.source) for m in self.cdi.all_edits.mounts)
 
     @functools.cached_property
     def _cdi_hooks(self) -> frozenset[tuple[str, str, tuple[str, ...]]]:

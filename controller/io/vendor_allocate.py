@@ -41,9 +41,9 @@ import grpc
 from deviceplugins._pb import api_pb2, api_pb2_grpc
 from deviceplugins.server import KUBELET_SOCKET_NAME, dial
 from gpushare import keys
-from gpushare.cdi import CdiEdits, CdiRegistry
+from gpushare.cdi import CdiEdits, CdiRegistry, Mount
 from gpushare.log import kv
-from nri_plugin.model import Bundle, DeviceNode, Mount
+from nri_plugin.model import Bundle, DeviceNode
 from nri_plugin.oracle import Holder
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ class VendorAllocateResolver:
         return Bundle(
             devices=tuple(devices),
             env=tuple((e.partition("=")[0], e.partition("=")[2]) for e in edits.env),
-            mounts=tuple(Mount(m.container_path, m.host_path, m.type, m.options) for m in edits.mounts),
+            mounts=edits.mounts,
             hooks=edits.hooks,
         )
 

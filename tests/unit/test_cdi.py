@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from gpushare.cdi import (
-    CdiMount,
     CdiSpecError,
     Hook,
+    Mount,
     dirs_signature,
     parse_annotation_value,
     parse_spec,
@@ -42,7 +42,7 @@ def test_a_device_gets_the_spec_wide_edits_and_its_own() -> None:
     assert [n.path for n in edits.device_nodes] == ["/dev/nvidiactl", "/dev/nvidia1"]
     assert edits.device_nodes[0].host_path == "/drv/dev/nvidiactl"
     assert edits.device_nodes[1].host_path == "/dev/nvidia1"  # hostPath defaults to path
-    assert edits.mounts == (CdiMount("/lib/libcuda.so.1", "/drv/lib/libcuda.so.1", "", ("ro",)),)
+    assert edits.mounts == (Mount("/lib/libcuda.so.1", "/drv/lib/libcuda.so.1", "", ("ro",)),)
     assert edits.hooks == (Hook("createContainer", "/bin/nvidia-cdi-hook", ("nvidia-cdi-hook", "x")),)
     assert edits.env_names == frozenset({"NVIDIA_VISIBLE_DEVICES"})
 

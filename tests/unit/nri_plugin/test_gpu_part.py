@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gpushare import keys
-from gpushare.cdi import CdiRegistry, Hook, parse_spec
+from gpushare.cdi import CdiRegistry, Hook, Mount, parse_spec
 from gpushare.config import load_config
 from gpushare.errors import InstructionRefused
 from nri_plugin import convert
 from nri_plugin._pb import nri_pb2
 from nri_plugin.decide import SamePod, decide, for_runtime
 from nri_plugin.injector import Injector, takes_cdi_devices
-from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, GpuPartRule, Mount, PodInfo, build_runtime_view
+from nri_plugin.model import Bundle, ContainerInfo, DeviceNode, GpuPartRule, PodInfo, build_runtime_view
 
 KIND = "k8s.device-plugin.nvidia.com/gpu"
 UUID = "GPU-3"
