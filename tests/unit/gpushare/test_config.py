@@ -111,3 +111,17 @@ def test_a_bad_endpoint_setting_is_refused_naming_the_key(text: str, problem: st
     with pytest.raises(ConfigError) as err:
         load_config(text=text)
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
+
+
+def test_the_gpu_part_directories_default_to_nvidias_and_containerds_and_must_be_absolute() -> None:
+    cfg = load_config(text="version: v1\n")
+    assert cfg.cdi_spec_dirs == ("/etc/cdi", "/var/run/cdi")
+    assert cfg.device_list_dirs == ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
+    assert load_config(text="version: v1\ncdiSpecDirs: [/opt/cdi]\n").cdi_spec_dirs == ("/opt/cdi",)
+    for text, key in (
+        ("cdiSpecDirs: [etc/cdi]", "cdiSpecDirs"),
+        ("deviceListDirs: [/]", "deviceListDirs"),
+        ("cdiSpecDirs: /etc/cdi", "cdiSpecDirs"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            load_config(text=f"version: v1\n{text}\n")
