@@ -409,8 +409,15 @@ class ReconcileLoop:
         if unhealthy:
             snap = dataclasses.replace(snap, vendor_unhealthy=unhealthy)
         if self._shadow_devices is not None:
-            self._shadow_devices.keep_only({s.ref.key for s in snap.shadows_on(self.cfg.node_name)})
-            snap = dataclasses.replace(snap, shadow_device_nodes=self._shadow_devices.observed())
+            here = snap.shadows_on(self.cfg.node_name)
+            self._shadow_devices.keep_only({s.ref.key for s in here})
+            mains = {
+                s.ref.key: c.container_id
+                for s in here
+                for c in s.facts.containers
+                if c.name == keys.SHADOW_CONTAINER and c.container_id
+            }
+            snap = dataclasses.replace(snap, shadow_device_nodes=self._shadow_devices.observed(mains))
         if self._spot is None:
             return snap
         # Container IDs of the pods as the pass read them: a pod it cannot read has none to look up.

@@ -67,7 +67,7 @@ class Injector:
         gpu_parts: NodeGpuParts | None = None,
         on_decision: OnDecision | None = None,
         on_refusal: Callable[[str], None] | None = None,
-        on_shadow_started: Callable[[str, int], None] | None = None,
+        on_shadow_started: Callable[[str, str, int], None] | None = None,
         keep_timings: int = 100_000,
     ) -> None:
         self.gpu_parts = gpu_parts if gpu_parts is not None else NodeGpuParts.from_config(config)
@@ -81,7 +81,7 @@ class Injector:
         self._pod_rules = pod_rules
         self._on_decision = on_decision
         self._on_refusal = on_refusal  # gets the refusal's reason word (gpushare.errors.REFUSAL_REASONS)
-        # Gets ("ns/name", pid) of each shadow's main container once it runs: whether the container
+        # Gets ("ns/name", container ID, pid) of each shadow's main container once it runs: whether the container
         # stack really gave it its GPU can only be seen in the running container (docs/nvidia.md).
         self._on_shadow_started = on_shadow_started
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
@@ -102,7 +102,8 @@ class Injector:
         log.info("nri: synchronized", extra=kv(pods=len(view.pods), containers=len(view.containers)))
         by_id = {p.id: p for p in pods}
         for c in containers:
-            if c.pod_sandbox_id in by_id:
+            # Only a running one: a stopped container's pid may be another process's by now.
+            if c.pod_sandbox_id in by_id and c.state == nri_pb2.CONTAINER_RUNNING:
                 self._note_shadow_start(by_id[c.pod_sandbox_id], c)
 
     def post_start_container(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> None:
@@ -186,7 +187,7 @@ class Injector:
             and container.name == keys.SHADOW_CONTAINER
             and rules.is_shadow(pod.namespace, dict(pod.labels))
         ):
-            self._on_shadow_started(f"{pod.namespace}/{pod.name}", container.pid)
+            self._on_shadow_started(f"{pod.namespace}/{pod.name}", container.id, container.pid)
 
     def handler_times_ms(self) -> list[float]:
         """Durations of CreateContainer handlers so far (benchmarks report p50/p99)."""

@@ -22,7 +22,12 @@ def kubelet_real_devices(
     entries: Iterable[PodResourcesEntry],
     real_resources: Iterable[str],
 ) -> dict[str, tuple[tuple[str, bool], ...]]:
-    """Real resource -> (ID, healthy) for every GPU kubelet knows of it, sorted by ID."""
+    """Real resource -> (ID, healthy) for every GPU kubelet knows of it, sorted by ID.
+
+    A resource kubelet lists no allocatable device of at all says nothing of health: its plugin
+    is not registered right now (restarting, or kubelet is), so its held GPUs count as Healthy
+    until kubelet lists the resource again. A GPU is Unhealthy only when kubelet lists others of
+    its resource and not it."""
     wanted = tuple(real_resources)
     held: dict[str, set[str]] = {r: set() for r in wanted}
     for e in entries:
@@ -31,5 +36,6 @@ def kubelet_real_devices(
     out: dict[str, tuple[tuple[str, bool], ...]] = {}
     for resource in wanted:
         healthy = frozenset(allocatable.get(resource, ()))
-        out[resource] = tuple((i, i in healthy) for i in sorted(healthy | held[resource]))
+        known = sorted(healthy | held[resource])
+        out[resource] = tuple((i, i in healthy or not healthy) for i in known)
     return out

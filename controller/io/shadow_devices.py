@@ -6,9 +6,11 @@ container a GPU at all, and a runtime that adds the GPU does so after the NRI pl
 container (docs/nvidia.md). So the only place to see it is the running container: the character
 devices under ``/proc/<pid>/root/dev`` (and ``dev/dri``) once NRI says the container started.
 
-The NRI plugin calls ``note(shadow, pid)`` (PostStartContainer, and Synchronize after a restart);
-the loop reads ``observed()`` each pass. Reading is a few ``scandir`` calls; a container that
-exited before it was read is simply not observed.
+The NRI plugin calls ``note(shadow, container_id, pid)`` (PostStartContainer, and Synchronize's
+running containers after a restart); the loop reads ``observed()`` each pass and uses an entry only
+for the container kubelet reports as that shadow's ``main`` now, so a reading of an earlier shadow
+of the same name, or of an earlier container of it, is never taken for the current one. Reading is
+a few ``scandir`` calls; a container that exited before it was read is simply not observed.
 """
 
 from __future__ import annotations
@@ -48,21 +50,24 @@ class ShadowDevices:
     def __init__(self, *, proc_root: str = PROC_ROOT) -> None:
         self._proc_root = proc_root
         self._lock = threading.Lock()
-        self._seen: dict[str, tuple[str, ...]] = {}
+        self._seen: dict[str, tuple[str, tuple[str, ...]]] = {}  # shadow -> (container ID, its nodes)
 
-    def note(self, shadow: str, pid: int) -> None:
+    def note(self, shadow: str, container_id: str, pid: int) -> None:
         nodes = device_nodes(pid, proc_root=self._proc_root)
         if not nodes and not os.path.exists(f"{self._proc_root}/{pid}"):
             return  # it exited before it could be read: nothing is known
         with self._lock:
             if len(self._seen) >= _MAX_SHADOWS and shadow not in self._seen:
                 self._seen.pop(next(iter(self._seen)))
-            self._seen[shadow] = nodes
-        log.info("shadow started", extra=kv(shadow=shadow, device_nodes=len(nodes)))
+            self._seen[shadow] = (container_id, nodes)
+        log.info("shadow started", extra=kv(shadow=shadow, container=container_id[:12], device_nodes=len(nodes)))
 
-    def observed(self) -> dict[str, tuple[str, ...]]:
+    def observed(self, current: dict[str, str] | None = None) -> dict[str, tuple[str, ...]]:
+        """Shadow -> its main container's nodes; with ``current`` (shadow -> the main container ID
+        kubelet reports), only readings of exactly those containers."""
         with self._lock:
-            return dict(self._seen)
+            seen = dict(self._seen)
+        return {k: nodes for k, (cid, nodes) in seen.items() if current is None or current.get(k) == cid}
 
     def keep_only(self, shadows: set[str]) -> None:
         """Forget shadows that are gone (the loop's list of this node's shadows)."""

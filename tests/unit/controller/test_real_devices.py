@@ -19,3 +19,9 @@ def test_a_held_gpu_kubelet_no_longer_lists_as_allocatable_is_unhealthy() -> Non
         "nvidia.com/gpu": (("GPU-0", True), ("GPU-1", True), ("GPU-3", False)),
         "amd.com/gpu": (),
     }
+
+
+def test_a_resource_kubelet_lists_nothing_of_says_nothing_of_health() -> None:
+    # Its plugin is re-registering (or kubelet restarting): the held GPU is not called Unhealthy.
+    entries = [PodResourcesEntry("gpushare-system", "s", "main", "nvidia.com/gpu", ("GPU-3",))]
+    assert kubelet_real_devices({}, entries, ("nvidia.com/gpu",)) == {"nvidia.com/gpu": (("GPU-3", True),)}

@@ -23,9 +23,13 @@ def test_the_character_devices_of_a_process_root_are_read_under_dev(tmp_path: Pa
     found = device_nodes(42, proc_root=str(tmp_path))
     assert "/dev/null" in found and all(p.startswith("/dev/") for p in found)
     seen = ShadowDevices(proc_root=str(tmp_path))
-    seen.note("gpushare-system/s", 42)
-    seen.note("gpushare-system/gone", 7)  # exited before it was read: nothing is known of it
+    seen.note("gpushare-system/s", "c-42", 42)
+    seen.note("gpushare-system/gone", "c-7", 7)  # exited before it was read: nothing is known of it
     assert set(seen.observed()) == {"gpushare-system/s"}
+    # Only a reading of the container kubelet reports as the shadow's main now counts: a shadow of
+    # the same name created again, or its main restarted, is not the one that was read.
+    assert set(seen.observed({"gpushare-system/s": "c-42"})) == {"gpushare-system/s"}
+    assert seen.observed({"gpushare-system/s": "c-43"}) == {}
     seen.keep_only(set())
     assert seen.observed() == {}
     assert os.path.exists("/dev/null")

@@ -159,8 +159,8 @@ def test_the_adjustment_carries_mounts_hooks_and_cdi_names_on_the_wire() -> None
 
 
 def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() -> None:
-    started: list[tuple[str, int]] = []
-    injector = Injector(load_config(None), on_shadow_started=lambda key, pid: started.append((key, pid)))
+    started: list[tuple[str, str, int]] = []
+    injector = Injector(load_config(None), on_shadow_started=lambda key, cid, pid: started.append((key, cid, pid)))
     shadow_pod = nri_pb2.PodSandbox(
         id="s", name="shadow-0", namespace=keys.SHADOW_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
     )
@@ -169,6 +169,10 @@ def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() ->
     injector.post_start_container(shadow_pod, nri_pb2.Container(id="c2", name="sidecar", pid=42))
     injector.post_start_container(tenant, nri_pb2.Container(id="c3", name=keys.SHADOW_CONTAINER, pid=43))
     injector.post_start_container(shadow_pod, nri_pb2.Container(id="c4", name=keys.SHADOW_CONTAINER, pid=0))
-    # After a restart, containerd's Synchronize replays the running shadow: it is noted too.
-    injector.synchronize([shadow_pod], [nri_pb2.Container(id="c5", pod_sandbox_id="s", name="main", pid=44)])
-    assert started == [(f"{keys.SHADOW_NAMESPACE}/shadow-0", 41), (f"{keys.SHADOW_NAMESPACE}/shadow-0", 44)]
+    # After a restart, containerd's Synchronize replays the running shadow: it is noted too; a stopped
+    # one is not (its pid may be another process's by now).
+    running = nri_pb2.Container(id="c5", pod_sandbox_id="s", name="main", pid=44, state=nri_pb2.CONTAINER_RUNNING)
+    stopped = nri_pb2.Container(id="c6", pod_sandbox_id="s", name="main", pid=45, state=nri_pb2.CONTAINER_STOPPED)
+    injector.synchronize([shadow_pod], [running, stopped])
+    key = f"{keys.SHADOW_NAMESPACE}/shadow-0"
+    assert started == [(key, "c1", 41), (key, "c5", 44)]
