@@ -35,8 +35,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from gpushare import keys, rules
-from gpushare.cdi import CdiRegistry, Mount
+from gpushare.cdi import CdiRegistry
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
+from gpushare.config import DEFAULT_DEVICE_LIST_DIRS
 from gpushare.errors import (
     REFUSED_CONFLICT,
     REFUSED_DEVICES_UNKNOWN,
@@ -256,6 +257,7 @@ def decide(
     resolved: Mapping[str, Bundle] | None = None,
     holders: Mapping[str, Holder] | None = None,
     lends: Mapping[str, str | None] | None = None,
+    device_list_dirs: tuple[str, ...] = DEFAULT_DEVICE_LIST_DIRS,
 ) -> Decision:
     """Decide the adjustment for ``container`` of ``pod``.
 
@@ -285,6 +287,7 @@ def decide(
         resolved=resolved or {},
         holders=holders or {},
         lends=lends,
+        device_list_dirs=device_list_dirs,
     )
 
 
@@ -368,6 +371,7 @@ def decide_real_ids(
     resolved: Mapping[str, Bundle],
     holders: Mapping[str, Holder],
     lends: Mapping[str, str | None] | None,
+    device_list_dirs: tuple[str, ...] = DEFAULT_DEVICE_LIST_DIRS,
 ) -> Decision:
     wanted = frozenset(rid for _, ids in spec.by_resource for rid in ids)
     held = _spot_held(allocated)
@@ -387,7 +391,9 @@ def decide_real_ids(
             part, skip = _vendor_bundle(resolved[resource], resource, ids)
             sources.append(f"vendor:{resource}")
         else:
-            part, skip, names = _holder_bundle(resource, ids, container, view, holders)
+            part, skip, names = _holder_bundle(
+                resource, ids, container, view, holders, device_list_dirs=device_list_dirs
+            )
             sources.extend(names)
         bundle = bundle.merged(part)
         skipped.extend(skip)
@@ -435,6 +441,8 @@ def _holder_bundle(
     target: ContainerInfo,
     view: RuntimeView,
     holders: Mapping[str, Holder],
+    *,
+    device_list_dirs: tuple[str, ...],
 ) -> tuple[Bundle, tuple[str, ...], list[str]]:
     """The lent GPUs' part of the bundles of the containers kubelet allocated them to."""
     groups: dict[Holder, list[str]] = {}
@@ -461,7 +469,7 @@ def _holder_bundle(
             )
         devices, skip = usable_devices(record.bundle.devices)
         nodes = gpu_nodes(resource, lent, holder.ids, devices, holder.ref)
-        bundle = bundle.merged(_lent_part(record, holder, lent, nodes))
+        bundle = bundle.merged(_lent_part(record, holder, lent, nodes, device_list_dirs))
         for name in _naming_allocation(record.bundle.env, holder.ids):
             env.setdefault(name, []).extend(lent)
         skipped.extend(skip)
@@ -476,19 +484,31 @@ def _naming_allocation(env: tuple[tuple[str, str], ...], allocated: frozenset[st
     return [name for name, value in env if frozenset(p.strip() for p in value.split(",")) == allocated]
 
 
-def _lent_part(record: SourceRecord, holder: Holder, lent: list[str], nodes: tuple[DeviceNode, ...]) -> Bundle:
+def _lent_part(
+    record: SourceRecord,
+    holder: Holder,
+    lent: list[str],
+    nodes: tuple[DeviceNode, ...],
+    device_list_dirs: tuple[str, ...],
+) -> Bundle:
     """The lent GPUs' share of the holder's part besides the variables.
 
-    Its device-list mounts name one GPU each (by the file name): only the lent ones travel. Its
-    CDI names and annotations name the holder's whole allocation, so they travel only when all of
-    it is lent. Its other mounts and hooks come from CDI specs and are the driver's (libraries,
-    ld cache, symlinks), the same for every GPU of the node: they travel whole."""
+    Its device-list mounts (under ``device_list_dirs``) name one GPU each by the file name: only
+    those naming a lent GPU travel. Any other entry there (``all``, another GPU, a name the owner's
+    tenant chose) never does: the holder is another tenant's container, and the runtime would give
+    the borrower whatever such an entry names. Its CDI names and annotations name the holder's
+    whole allocation, so they travel only when all of it is lent. Its other mounts and hooks come
+    from CDI specs and are the driver's (libraries, ld cache, symlinks), the same for every GPU of
+    the node: they travel whole."""
     whole = frozenset(lent) == holder.ids
     lent_names = frozenset(lent)
     part = record.bundle
     mounts = tuple(
-        m for m in part.mounts if posixpath.basename(m.destination) in lent_names or not _is_device_list(m, holder)
-    )
+        m
+        for m in part.mounts
+        if posixpath.basename(m.destination) in lent_names
+        if _under(m.destination, device_list_dirs)
+    ) + tuple(m for m in part.mounts if not _under(m.destination, device_list_dirs))
     return Bundle(
         devices=nodes,
         annotations=part.annotations if whole else (),
@@ -498,6 +518,5 @@ def _lent_part(record: SourceRecord, holder: Holder, lent: list[str], nodes: tup
     )
 
 
-def _is_device_list(mount: Mount, holder: Holder) -> bool:
-    """A mount that names one of the holder's GPUs by its file name (a device-list entry)."""
-    return posixpath.basename(mount.destination) in holder.ids
+def _under(path: str, dirs: tuple[str, ...]) -> bool:
+    return any(path.startswith(d.rstrip("/") + "/") for d in dirs)

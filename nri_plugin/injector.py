@@ -71,6 +71,7 @@ class Injector:
         keep_timings: int = 100_000,
     ) -> None:
         self.gpu_parts = gpu_parts if gpu_parts is not None else NodeGpuParts.from_config(config)
+        self._device_list_dirs = config.device_list_dirs
         self.cache = cache if cache is not None else BundleCache(self.gpu_parts.rule)
         # Whether the runtime applies CDI names in an adjustment; learnt at Configure.
         self.takes_cdi_devices = False
@@ -216,7 +217,15 @@ class Injector:
         ):
             resolved, holders, lends = self._spot_inputs(instruction, pod)
             return decide(
-                instruction, pod, info, view, allocated=allocated, resolved=resolved, holders=holders, lends=lends
+                instruction,
+                pod,
+                info,
+                view,
+                allocated=allocated,
+                resolved=resolved,
+                holders=holders,
+                lends=lends,
+                device_list_dirs=self._device_list_dirs,
             )
         return decide(instruction, pod, info, view, allocated=allocated)
 

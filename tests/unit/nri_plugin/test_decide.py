@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import pytest
 
 from gpushare import keys
+from gpushare.cdi import Mount
 from gpushare.codecs import encode_devices_from, encode_devices_ids
 from gpushare.errors import REFUSED_NOT_SHADOW, InstructionRefused
 from nri_plugin.decide import (
@@ -452,3 +453,16 @@ def test_two_gpus_from_two_owners_name_both_in_one_variable() -> None:
     assert d.adjustment.devices == (_fake(2), _fake(1))
     assert d.adjustment.env == (("FAKE_VISIBLE_DEVICES", "fakegpu2,fakegpu1"),)
     assert d.source == "team/owner2/main,team/owner1/main"
+
+
+def test_a_borrower_gets_only_the_lent_gpus_device_list_entry_from_another_tenants_owner() -> None:
+    # NVIDIA's volume-mounts strategy under its runtime: the owner's entries name its GPUs. The owner's
+    # tenant also mounted an entry "all" (a hostPath volume there); the runtime would read it for the
+    # borrower too, and give it every GPU of the node. Only the lent GPU's entry travels.
+    lists = "/var/run/nvidia-container-devices"
+    entries = tuple(Mount(f"{lists}/{name}", "/dev/null", "bind", ("rbind",)) for name in ("GPU-9", "all", "GPU-8"))
+    owner = dataclasses.replace(OWNER_MAIN, mounts=entries)
+    rule = GpuPartRule.of(("NVIDIA_VISIBLE_DEVICES",), (lists,))
+    view = build_runtime_view([OWNER], [owner], rule)
+    d, _ = _spot({NV: ["GPU-9"]}, view, holders=OWNER_HOLDS_9, device_list_dirs=(lists,))
+    assert d.adjustment.mounts == (entries[0],)
