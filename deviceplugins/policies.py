@@ -20,6 +20,7 @@ from deviceplugins.errors import DevicesRefused, InvalidShadow, UnknownDevices
 from gpushare import codecs, keys, rules
 from gpushare.ids import (
     format_spot_id,
+    is_replica_id,
     is_virtual_id,
     parse_spot_id,
     parse_virtual_id,
@@ -157,10 +158,6 @@ class SpotDevices:
     skipped: tuple[tuple[str, str], ...]  # (real ID, why) for each one spot does not offer
 
 
-# NVIDIA's device plugin names the replicas of a time-sliced (or MPS-shared) GPU "<uuid>::<n>".
-REPLICA_SEPARATOR = "::"
-
-
 def spot_devices(real: Mapping[str, Sequence[str]], health: Mapping[str, bool]) -> SpotDevices:
     """``spot-<realID>`` for each real device; Unhealthy unless ``health`` says otherwise (fail closed).
 
@@ -178,7 +175,7 @@ def spot_devices(real: Mapping[str, Sequence[str]], health: Mapping[str, bool]) 
                 else "too long for a device ID"
                 if len(format_spot_id(rid)) > MAX_DEVICE_ID_CHARS
                 else f"a replica of a GPU {resource}'s plugin shares itself (time-slicing or MPS)"
-                if REPLICA_SEPARATOR in rid
+                if is_replica_id(rid)
                 else None
             )
             if why is not None:

@@ -72,6 +72,15 @@ def virtual_ids_of(namespace: str, shadow: str, spec: int) -> list[str]:
     return [format_virtual_id(namespace, shadow, i) for i in range(spec)]
 
 
+# NVIDIA's device plugin names the replicas of a GPU it shares itself (time-slicing, MPS) "<uuid>::<n>".
+REPLICA_SEPARATOR = "::"
+
+
+def is_replica_id(real_id: str) -> bool:
+    """Whether a vendor's device ID is a replica of a GPU the vendor shares itself."""
+    return REPLICA_SEPARATOR in real_id
+
+
 def format_spot_id(real_id: str) -> str:
     """The spot device that lends real GPU ``real_id``: ``spot-<real ID>``."""
     return _SPOT_PREFIX + real_id

@@ -24,8 +24,8 @@ from cli.doctor.diagnosis import AgentFact, KubeletFact, NriFact, NvidiaPluginFa
 from cli.doctor.nvidia_modes import strategy_of_answer
 from controller.io.podresources import PodResourcesClient, PodResourcesError
 from deviceplugins._pb import api_pb2, api_pb2_grpc
-from deviceplugins.policies import REPLICA_SEPARATOR
 from deviceplugins.server import dial
+from gpushare.ids import is_replica_id
 from nri_plugin.errors import NriError, TransportError
 from nri_plugin.stub import Stub
 
@@ -137,7 +137,7 @@ def probe_nvidia_plugin(
                 [d.name for d in answer.cdi_devices],
                 device_list_dirs,
             )
-            return NvidiaPluginFact(sock.path, strategy, replicas=any(REPLICA_SEPARATOR in i for i in gpus))
+            return NvidiaPluginFact(sock.path, strategy, replicas=any(is_replica_id(i) for i in gpus))
         return NvidiaPluginFact("", None, f"no plugin socket answers Allocate of {resource} {gpus[0]}")
     return None
 
