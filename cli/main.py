@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli import agent, config, deviceplugins, kmod, metrics, nri, status
+from cli import agent, config, deviceplugins, dra, kmod, metrics, nri, status
 from cli.doctor import command as doctor
 from gpushare import log
 
@@ -18,6 +18,7 @@ app.add_typer(kmod.app, name="kmod")
 app.add_typer(metrics.app, name="metrics")
 app.add_typer(config.app, name="config")
 app.command("agent")(agent.agent)
+app.command("dra-plugin")(dra.dra_plugin)
 app.command("status")(status.status)
 app.command("doctor")(doctor.doctor)
 

@@ -35,6 +35,7 @@ PROTO_SETS = [
     ProtoSet("deviceplugins/proto", "deviceplugins/_pb", grpc=True),
     ProtoSet("controller/proto", "controller/_pb", grpc=True),
     ProtoSet("localcluster/proto", "localcluster/_pb", grpc=True),
+    ProtoSet("draplugin/proto", "draplugin/_pb", grpc=True),
 ]
 
 
