@@ -15,24 +15,27 @@ from localcluster.cluster import Cluster, pids_of
 from localcluster.containerd import ContainerdInstall, InstallMissing, find_install
 from localcluster.errors import ClusterError, ClusterUnavailable
 from localcluster.host import is_alive, process_identity
-from localcluster.layout import BUILD_HINT, Binaries
+from localcluster.layout import BUILD_HINT, KUBE_VERSION, Binaries
 from localcluster.paths import cache_dir
 
 
-def find_installs() -> tuple[Binaries, ContainerdInstall]:
-    """The cached binaries, or ClusterUnavailable naming what is missing and the command that builds it."""
+def find_installs(kubelet_version: str | None = None) -> tuple[Binaries, ContainerdInstall]:
+    """The cached binaries (the node's kubelet of ``kubelet_version`` when given), or
+    ClusterUnavailable naming what is missing and the command that builds it."""
     if os.geteuid() != 0:
         raise ClusterUnavailable("the cluster needs root (mounts, cgroups, runc); run `sudo make test`")
-    binaries = Binaries.find(cache_dir())
+    binaries = Binaries.find(cache_dir(), KUBE_VERSION, kubelet_version=kubelet_version)
     try:
         return binaries, find_install("2.x")
     except InstallMissing as e:
         raise ClusterUnavailable(f"{e}; or: {BUILD_HINT}") from e
 
 
-def new_cluster(root: Path | None = None, *, containerd_extra_config: str = "") -> Cluster:
+def new_cluster(
+    root: Path | None = None, *, containerd_extra_config: str = "", kubelet_version: str | None = None
+) -> Cluster:
     """A not yet started cluster in ``root`` (default: a fresh /tmp/gs-kXXXX); ClusterUnavailable if not built."""
-    binaries, containerd = find_installs()
+    binaries, containerd = find_installs(kubelet_version)
     if root is None:
         root = Path(tempfile.mkdtemp(prefix="gs-k", dir="/tmp"))
     root.mkdir(parents=True, exist_ok=True)
@@ -41,10 +44,14 @@ def new_cluster(root: Path | None = None, *, containerd_extra_config: str = "") 
 
 @contextlib.contextmanager
 def running_cluster(
-    root: Path | None = None, keep: bool = False, *, containerd_extra_config: str = ""
+    root: Path | None = None,
+    keep: bool = False,
+    *,
+    containerd_extra_config: str = "",
+    kubelet_version: str | None = None,
 ) -> Iterator[Cluster]:
     """Start a cluster, yield it, tear it down; raises ClusterError if the teardown left anything."""
-    c = new_cluster(root, containerd_extra_config=containerd_extra_config)
+    c = new_cluster(root, containerd_extra_config=containerd_extra_config, kubelet_version=kubelet_version)
     try:
         c.start()
         yield c

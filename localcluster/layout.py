@@ -8,7 +8,12 @@ from pathlib import Path
 
 from localcluster.errors import ClusterUnavailable
 
-KUBE_VERSION = os.environ.get("GPUSHARE_KUBE_VERSION", "v1.34.4")
+# The supported range (docs/compatibility.md): clusters run the newest release; one tier's node runs
+# the oldest supported kubelet against it (Kubernetes' skew policy allows three minors), which
+# keeps the device-plugin path tested where DRA's sharing features are still alpha.
+NEWEST_KUBE_VERSION = "v1.37.2"
+OLDEST_KUBELET_VERSION = "v1.34.4"
+KUBE_VERSION = os.environ.get("GPUSHARE_KUBE_VERSION", NEWEST_KUBE_VERSION)
 # kubelet refuses --node-ip=127.0.0.1 (loopback) and then publishes no address at all, so the
 # apiserver cannot reach it for logs/exec. A node *named* by an IP gets that IP as InternalIP
 # unchecked (pkg/kubelet/nodestatus NodeAddress, step 2), which is exactly what we want.
@@ -27,11 +32,15 @@ class Binaries:
     etcd: Path
 
     @classmethod
-    def find(cls, cache: Path, version: str = KUBE_VERSION) -> Binaries:
-        """The cached binaries, or ClusterUnavailable naming what is missing and how to build it."""
+    def find(cls, cache: Path, version: str = KUBE_VERSION, *, kubelet_version: str | None = None) -> Binaries:
+        """The cached binaries, or ClusterUnavailable naming what is missing and how to build it.
+
+        ``kubelet_version``: the node's kubelet from that release, the rest from ``version``."""
         kube = cache / "kube" / version / "bin"
+        node = cache / "kube" / (kubelet_version or version) / "bin"
         etcds = sorted((cache / "etcd").glob("*/usr/bin/etcd"))
-        missing = [str(kube / c) for c in KUBE_COMMANDS if not (kube / c).is_file()]
+        paths = {c: (node if c == "kubelet" else kube) / c for c in KUBE_COMMANDS}
+        missing = [str(p) for p in paths.values() if not p.is_file()]
         if not etcds:
             missing.append(str(cache / "etcd" / "<version>" / "usr/bin/etcd"))
         if missing:
@@ -40,7 +49,7 @@ class Binaries:
             kube_apiserver=kube / "kube-apiserver",
             kube_controller_manager=kube / "kube-controller-manager",
             kube_scheduler=kube / "kube-scheduler",
-            kubelet=kube / "kubelet",
+            kubelet=paths["kubelet"],
             kubectl=kube / "kubectl",
             etcd=etcds[-1],
         )

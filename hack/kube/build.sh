@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl from the
-# module k8s.io/kubernetes, cached under $GPUSHARE_CACHE/kube/<version>/bin.
+# Build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl (or only the
+# commands $KUBE_COMMANDS names) from the module k8s.io/kubernetes, cached under
+# $GPUSHARE_CACHE/kube/<version>/bin.
 #
 # k8s.io/kubernetes is not meant to be a dependency: its go.mod requires every staging module
 # (k8s.io/api, k8s.io/client-go, ...) at v0.0.0 and replaces them with ./staging/src/...,
@@ -17,10 +18,12 @@ CACHE="${GPUSHARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
 DEST="$CACHE/kube/$KUBE_VERSION"
 BIN="$DEST/bin"
 STAMP="$BIN/.complete"
-CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+read -r -a CMDS <<<"${KUBE_COMMANDS:-kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl}"
 
-if [[ -f "$STAMP" ]]; then
-    echo "kube $KUBE_VERSION: cached in $BIN"
+cached=1
+for c in "${CMDS[@]}"; do [[ -x "$BIN/$c" ]] || cached=0; done
+if [[ -f "$STAMP" && $cached == 1 ]]; then
+    echo "kube $KUBE_VERSION: ${CMDS[*]} cached in $BIN"
     exit 0
 fi
 
@@ -86,5 +89,5 @@ LDFLAGS+=" -X $V.gitTreeState=clean -X $V.buildDate=$(date -u +%FT%TZ)"
 CGO_ENABLED=0 GOFLAGS=-mod=mod nice -n 10 go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/" "${pkgs[@]}"
 end=$(date +%s)
 for c in "${CMDS[@]}"; do [[ -x "$BIN/$c" ]] || { echo "missing $BIN/$c" >&2; exit 1; }; done
-echo "$KUBE_VERSION built in $((end - start)) s on $(date -u +%FT%TZ)" >"$STAMP"
+echo "$KUBE_VERSION (${CMDS[*]}) built in $((end - start)) s on $(date -u +%FT%TZ)" >"$STAMP"
 cat "$STAMP"

@@ -1,4 +1,4 @@
-"""Smoke tests of the real one-node cluster: kubelet v1.34.4 + containerd 2.x + etcd."""
+"""Smoke tests of the real one-node cluster: the newest supported kubelet, containerd 2.x and etcd."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from localcluster.cluster import Cluster
 from localcluster.images import BUSYBOX_IMAGE
-from localcluster.layout import NODE_NAME
+from localcluster.layout import KUBE_VERSION, NODE_NAME
 
 # busybox as PID 1 ignores SIGTERM; this exits at once so deletes do not wait for the grace period.
 SLEEP_FOREVER = "trap 'exit 0' TERM; sleep 3600 & wait"
@@ -52,7 +52,7 @@ def test_node_is_ready_on_loopback_with_containerd_2(cluster: Cluster) -> None:
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     info = node["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == "v1.34.4"
+    assert info["kubeletVersion"] == KUBE_VERSION
     assert info["containerRuntimeVersion"].startswith("containerd://2."), info
     assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
     # kubectl itself works with the admin kubeconfig (what `make cluster-up` hands to people).
