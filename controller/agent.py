@@ -15,15 +15,18 @@ Shutdown runs in reverse; each join is bounded.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from controller.applier import DevicePlugins
 from controller.http_endpoint import Endpoint
 from controller.io.access_reviews import AccessReviewer, ReviewClient
+from controller.io.dra_devices import DraDevices
 from controller.io.kube_client import KubeClient
 from controller.io.lease import LeaseElector
 from controller.io.pod_rules import CachedPodRules
@@ -37,6 +40,7 @@ from controller.spot.lend_state import AgentLendState
 from controller.spot.runtime import SpotRuntime
 from controller.spot.solver import GpuSpot
 from deviceplugins import DevicePluginError, PluginManager
+from draplugin.plugin import DraPlugin, api_client, settings_from_config
 from gpumetrics.model import DeviceMetrics
 from gpushare import keys
 from gpushare.config import METRICS_ACCESS_RBAC, Config
@@ -45,6 +49,13 @@ from nri_plugin import Injector, Stub
 from nri_plugin.gpu_parts import NodeGpuParts
 
 log = logging.getLogger(__name__)
+
+
+class NodeDevices(DevicePlugins, Protocol):
+    """The node's devices as the agent starts and stops them."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 class Agent:
@@ -61,6 +72,9 @@ class Agent:
         use_lease: bool = True,
         stop: threading.Event | None = None,
     ) -> None:
+        if cfg.dra.enabled:
+            # On a DRA node an owner holds a whole GPU of the driver's class (controller/io/dra_devices.py).
+            cfg = dataclasses.replace(cfg, real_resources=(*cfg.real_resources, keys.RESOURCE_DRA_GPU))
         self.cfg = cfg
         self.stop = stop if stop is not None else threading.Event()
         self.started_at = time.time()
@@ -72,7 +86,14 @@ class Agent:
         # _learn_real_devices), never from a ListAndWatch of its own on a vendor socket, which
         # NVIDIA's plugin would let take a health change from kubelet (docs/nvidia.md).
         # ``spot_sources`` only names the socket the NRI plugin asks Allocate on.
-        self.plugins = PluginManager.from_config(cfg, stop=self.stop)
+        # A DRA node serves its devices through gpushare's DRA driver, in this process, and never
+        # through device plugins: one node is in one mode (docs/dra.md).
+        self.dra = (
+            DraDevices(DraPlugin(settings_from_config(cfg), api_client(kubeconfig)), self.stop)
+            if cfg.dra.enabled
+            else None
+        )
+        self.plugins: NodeDevices = self.dra if self.dra is not None else PluginManager.from_config(cfg, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
         self.shadow_devices = ShadowDevices()
         self.injector = self._injector(cfg, spot_sources)
@@ -163,6 +184,9 @@ class Agent:
         return report.spot if report.passes else None
 
     def _spot_healthy(self, device_id: str) -> bool:
+        if self.dra is not None:
+            return self.dra.spot_healthy(device_id)
+        assert isinstance(self.plugins, PluginManager)
         try:
             device = self.plugins.plugin(keys.RESOURCE_SPOT_GPU).advertised().get(device_id)
         except DevicePluginError:  # spot-gpu not served: nothing is lent

@@ -74,7 +74,8 @@ _CONCURRENT = (CreateShadow, DeleteShadow, AnnotatePod)
 
 
 class DevicePlugins(Protocol):
-    """What the loop and the applier need of ``deviceplugins.PluginManager``."""
+    """What the loop and the applier need of the node's devices: ``deviceplugins.PluginManager``, or on
+    a DRA node ``controller.io.dra_devices.DraDevices``."""
 
     def set_devices(self, resource: str, devices: Iterable[Any]) -> None: ...
     def set_spot_health(self, real_id: str, healthy: bool) -> None: ...

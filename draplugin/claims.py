@@ -107,10 +107,13 @@ def plan_claim(
     pool: str,
     devices: Mapping[str, DeviceInfo],
     held: Mapping[str, str],
+    blocked: Mapping[str, str] | None = None,
 ) -> PreparedClaim:
     """The plan for ``claim`` (the API object), or ClaimRefused.
 
-    ``held`` maps each exclusive device prepared on this node to the UID of the claim holding it.
+    ``held`` maps each exclusive device prepared on this node to the UID of the claim holding it;
+    ``blocked`` maps a device no claim may be prepared on now (a spot device whose owner is
+    active: the scheduler allocated it before the taint reached it) to why.
     """
     uid = str(claim.get("metadata", {}).get("uid", ""))
     if uid != ref.uid:
@@ -123,7 +126,7 @@ def plan_claim(
     for result in results:
         if not isinstance(result, Mapping) or result.get("driver") != driver:
             continue
-        out.append(_prepared(result, ref, driver=driver, pool=pool, devices=devices, held=held))
+        out.append(_prepared(result, ref, driver=driver, pool=pool, devices=devices, held=held, blocked=blocked or {}))
     return PreparedClaim(ref, tuple(out))
 
 
@@ -135,6 +138,7 @@ def _prepared(
     pool: str,
     devices: Mapping[str, DeviceInfo],
     held: Mapping[str, str],
+    blocked: Mapping[str, str],
 ) -> PreparedDevice:
     name = str(result.get("device", ""))
     if result.get("pool") != pool:
@@ -142,6 +146,8 @@ def _prepared(
     info = devices.get(name)
     if info is None:
         raise ClaimRefused(f"claim {ref} was given device {name!r}, which this node does not publish")
+    if name in blocked:
+        raise ClaimRefused(f"claim {ref} was given {name}: {blocked[name]}")
     holder = held.get(name)
     if info.exclusive and holder is not None and holder != ref.uid:
         raise ClaimRefused(f"claim {ref} was given {name}, which claim {holder} holds on this node")

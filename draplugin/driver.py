@@ -31,12 +31,16 @@ class Driver:
         devices: Callable[[], Mapping[str, DeviceInfo]],
         read_claim: ReadClaim,
         state: PreparedClaims,
+        blocked: Callable[[], Mapping[str, str]] = dict,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.driver = driver
         self.pool = pool
         self._devices = devices
         self._read_claim = read_claim
         self.state = state
+        self._blocked = blocked
+        self.on_change = on_change
 
     def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, PreparedClaim | str]:
         """UID → the prepared claim, or the reason it was not prepared."""
@@ -60,11 +64,16 @@ class Driver:
         devices = self._devices()
 
         def plan(held: Mapping[str, str]) -> PreparedClaim:
-            return plan_claim(claim, ref, driver=self.driver, pool=self.pool, devices=devices, held=held)
+            return plan_claim(
+                claim, ref, driver=self.driver, pool=self.pool, devices=devices, held=held, blocked=blocked
+            )
+
+        blocked = self._blocked()
 
         planned = plan(self.state.held())
         # Planned again under the state's lock, so two concurrent Prepares cannot share a device.
         prepared = self.state.add(planned, check=plan)
+        self.on_change()
         log.info(
             "claim prepared %s",
             kv(claim=str(ref), devices=",".join(f"{d.device}:{d.milli}" for d in prepared.devices)),
@@ -78,6 +87,7 @@ class Driver:
             try:
                 if self.state.remove(ref.uid):
                     log.info("claim unprepared %s", kv(claim=str(ref)))
+                    self.on_change()
                 out[ref.uid] = ""
             except OSError as exc:
                 out[ref.uid] = f"unpreparing claim {ref}: {exc}"

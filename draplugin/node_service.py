@@ -70,6 +70,7 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
     def __init__(self, driver: str, endpoint: str) -> None:
         self._driver = driver
         self._endpoint = endpoint
+        self.registered = False
 
     def GetInfo(self, request: Any, context: Any) -> Any:  # noqa: N802 -- gRPC method name
         return registration_pb2.PluginInfo(
@@ -77,6 +78,7 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
         )
 
     def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:  # noqa: N802 -- gRPC method name
+        self.registered = bool(request.plugin_registered)
         if request.plugin_registered:
             log.info("registered with kubelet %s", kv(driver=self._driver))
         else:
@@ -100,9 +102,15 @@ class NodeService:
         self._dra = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dra"))
         dra_pb2_grpc.add_DRAPluginServicer_to_server(_DraService(driver), self._dra)  # type: ignore[no-untyped-call]
         self._reg = grpc.server(ThreadPoolExecutor(max_workers=1, thread_name_prefix="dra-reg"))
+        self._registration = _Registration(driver.driver, str(self.dra_socket))
         registration_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-            _Registration(driver.driver, str(self.dra_socket)), self._reg
+            self._registration, self._reg
         )
+
+    @property
+    def registered(self) -> bool:
+        """Whether kubelet last said it registered the plugin."""
+        return self._registration.registered
 
     def start(self) -> None:
         _listen(self._dra, self.dra_socket)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -19,11 +19,12 @@ import kubernetes
 from draplugin.driver import Driver
 from draplugin.inventory import Gpu, gpus_from_cdi
 from draplugin.node_service import NodeService
-from draplugin.pool import DeviceInfo, PoolShape, PoolSpec, Taint, build_pool, devices_of
+from draplugin.pool import DeviceInfo, PoolShape, PoolSpec, build_pool, devices_of, spot_device, spot_taints
 from draplugin.publisher import SlicePublisher
 from draplugin.state import PreparedClaims
 from gpushare import keys
 from gpushare.cdi import dirs_signature, read_spec_dirs
+from gpushare.config import Config
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ class Inventory:
         self._signature: tuple[tuple[str, int, int], ...] | None = None
         self._gpus: list[Gpu] = []
         self._devices: dict[str, DeviceInfo] = {}
-        self._taints: dict[str, tuple[Taint, ...]] = {}
+        self._lendable: frozenset[str] = frozenset()
+        self._reclaiming: frozenset[str] = frozenset()
 
     def rescan(self) -> bool:
         """Re-read the specs if a file changed; True when the GPUs changed."""
@@ -88,17 +90,50 @@ class Inventory:
         with self._lock:
             return list(self._gpus)
 
-    def set_taints(self, taints: Mapping[str, Sequence[Taint]]) -> bool:
-        frozen = {k: tuple(v) for k, v in taints.items() if v}
+    def set_lend(self, lendable: Iterable[str], reclaiming: Iterable[str]) -> bool:
+        """Which GPUs' spot devices take borrowers now, and which are being taken back."""
+        lend, back = frozenset(lendable), frozenset(reclaiming)
         with self._lock:
-            changed = frozen != self._taints
-            self._taints = frozen
+            changed = (lend, back) != (self._lendable, self._reclaiming)
+            self._lendable, self._reclaiming = lend, back
         return changed
+
+    def blocked(self) -> dict[str, str]:
+        """Spot devices a claim may not be prepared on now, with why."""
+        with self._lock:
+            return {
+                spot_device(g.name): f"the owner of {g.name} is using it; spot waits until it is idle again"
+                for g in self._gpus
+                if g.name not in self._lendable
+            }
 
     def pool(self) -> PoolSpec:
         s = self._settings
         with self._lock:
-            return build_pool(s.driver, s.node, self._gpus, s.shape, self._taints)
+            return build_pool(
+                s.driver, s.node, self._gpus, s.shape, spot_taints(self._gpus, self._lendable, self._reclaiming)
+            )
+
+
+def api_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
+    """A client for ``kubeconfig``, or for the pod's service account when None."""
+    if kubeconfig:
+        client = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        return cast(kubernetes.client.ApiClient, client)
+    kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient()
+
+
+def settings_from_config(cfg: Config, *, node: str | None = None) -> PluginSettings:
+    """The plugin's settings from the agent's config file (``dra``, ``kubelet.rootDir``, the specs)."""
+    return PluginSettings(
+        node=node or cfg.node_name,
+        vendor_kind=cfg.dra.vendor_kind,
+        kubelet_root=Path(cfg.kubelet.root_dir),
+        cdi_root=Path(cfg.dra.cdi_root),
+        cdi_spec_dirs=tuple(cfg.cdi_spec_dirs),
+        shape=PoolShape(share_specs=cfg.share_specs, dev_share_specs=cfg.dev_share_specs),
+    )
 
 
 def read_claim_with(api: kubernetes.client.ApiClient) -> Any:
@@ -128,14 +163,16 @@ class DraPlugin:
             devices=self.inventory.devices,
             read_claim=read_claim_with(api),
             state=self.state,
+            blocked=self.inventory.blocked,
         )
         self.service = NodeService(self.driver, plugin_dir=settings.plugin_dir, registry_dir=settings.registry_dir)
         self.publisher = SlicePublisher(
             api, driver=settings.driver, node=settings.node, desired=self.inventory.pool, resync_s=settings.resync_s
         )
 
-    def set_taints(self, taints: Mapping[str, Sequence[Taint]]) -> None:
-        if self.inventory.set_taints(taints):
+    def set_lend(self, lendable: Iterable[str], reclaiming: Iterable[str] = ()) -> None:
+        """Open the spot devices of ``lendable`` GPUs to borrowers; evict borrowers of ``reclaiming``."""
+        if self.inventory.set_lend(lendable, reclaiming):
             self.publisher.poke()
 
     def run(self, stop: threading.Event) -> None:

@@ -32,11 +32,13 @@ that consume counters or carry taints). Everything here is plain data: ``publish
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from draplugin.inventory import Gpu
+from gpushare import keys
 
 MILLI_PER_GPU = 1000
 KIND_WHOLE = "whole"
@@ -103,6 +105,26 @@ class DeviceInfo:
         return MILLI_PER_GPU if self.kind in (KIND_WHOLE, KIND_SPOT) else 0
 
 
+_DEVICE_NAME = re.compile(
+    r"^(?P<gpu>gpu-(?:0|[1-9][0-9]*))(?:-(?P<tag>share|dev)(?P<n>[1-9][0-9]*)-[1-9][0-9]*|-(?P<one>exact|spot))?$"
+)
+_TAG_KIND = {"share": KIND_SHARE, "dev": KIND_SHARE_DEV, "exact": KIND_EXACT, "spot": KIND_SPOT}
+
+
+def parse_device_name(name: str) -> tuple[str, str, int] | None:
+    """``(gpu, kind, N)`` of a device name this driver publishes (N is 0 but for slots), else None."""
+    m = _DEVICE_NAME.match(name)
+    if m is None:
+        return None
+    if m["tag"]:
+        return m["gpu"], _TAG_KIND[m["tag"]], int(m["n"])
+    return m["gpu"], _TAG_KIND[m["one"]] if m["one"] else KIND_WHOLE, 0
+
+
+def spot_device(gpu: str) -> str:
+    return f"{gpu}-spot"
+
+
 @dataclass(frozen=True)
 class PoolSpec:
     """A pool's slices, without the per-write bookkeeping (generation, names) the publisher adds."""
@@ -126,6 +148,19 @@ def devices_of(gpus: Iterable[Gpu], shape: PoolShape) -> dict[str, DeviceInfo]:
         if shape.spot:
             infos.append(DeviceInfo(f"{gpu.name}-spot", gpu, KIND_SPOT))
         out.update((i.name, i) for i in infos)
+    return out
+
+
+def spot_taints(gpus: Iterable[Gpu], lendable: Collection[str], reclaiming: Collection[str]) -> dict[str, list[Taint]]:
+    """The spot devices' taints: no new borrower unless the GPU is lendable now (its owner idle),
+    and an eviction of every borrower while it is taken back. Without the agent nothing is lendable."""
+    out: dict[str, list[Taint]] = {}
+    for g in gpus:
+        taints = [] if g.name in lendable else [Taint(keys.TAINT_OWNER_ACTIVE, "NoSchedule")]
+        if g.name in reclaiming:
+            taints.append(Taint(keys.TAINT_RECLAIMED, "NoExecute"))
+        if taints:
+            out[spot_device(g.name)] = taints
     return out
 
 

@@ -83,6 +83,9 @@ class NriConfig:
 @dataclass(frozen=True)
 class KubeletConfig:
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins/"
+    # kubelet's --root-dir: DRA plugins serve under <rootDir>/plugins/ and register in
+    # <rootDir>/plugins_registry/.
+    root_dir: str = "/var/lib/kubelet"
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
@@ -112,6 +115,17 @@ class SpotConfig:
     # Where the node's cgroup filesystem is mounted (the unified v2 mount, or the directory holding
     # the v1 hierarchies). Spot lends nothing when it finds no pod cgroups there (docs/spot.md).
     cgroup_root: str = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
+class DraConfig:
+    # DRA mode (docs/dra.md): the node serves gpushare's devices through its DRA driver instead of
+    # device plugins and shadow pods. The chart turns it on per node pool.
+    enabled: bool = False
+    # The vendor's CDI kind whose devices are the node's GPUs (its spec is in cdiSpecDirs).
+    vendor_kind: str = "nvidia.com/gpu"
+    # Where the claims' own CDI specs are written: one of containerd's cdi_spec_dirs.
+    cdi_root: str = "/var/run/cdi"
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,7 @@ class Config:
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     spot: SpotConfig = field(default_factory=SpotConfig)
+    dra: DraConfig = field(default_factory=DraConfig)
 
 
 # Keys whose YAML spelling is not the mechanical camelCase of the field (durations carry a unit).
@@ -236,6 +251,16 @@ def _check_abs_paths(values: tuple[str, ...]) -> None:
             raise ValueError(f"{v!r} is not an absolute directory path other than /")
 
 
+def _check_cdi_kind(value: str) -> None:
+    vendor, sep, cls = value.partition("/")
+    if not (
+        sep
+        and re.fullmatch(r"[a-z0-9][a-z0-9.-]*\.[a-z]+", vendor)
+        and re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", cls)
+    ):
+        raise ValueError(f"{value!r} is not a CDI kind like nvidia.com/gpu (vendor/class)")
+
+
 def _check_metrics_access(value: str) -> None:
     if value not in METRICS_ACCESS_MODES:
         raise ValueError(
@@ -268,6 +293,9 @@ _VALIDATORS: dict[str, Callable[[Any], None]] = {
     "plugin_index": _check_index,
     "scrape_interval_s": _check_nonneg,
     "cgroup_root": _check_abs_path,
+    "root_dir": _check_abs_path,
+    "cdi_root": _check_abs_path,
+    "vendor_kind": _check_cdi_kind,
     "access": _check_metrics_access,
     "max_connections": _check_max_connections,
 }
@@ -393,6 +421,7 @@ __all__ = [
     "METRICS_ACCESS_OPEN",
     "METRICS_ACCESS_RBAC",
     "Config",
+    "DraConfig",
     "KubeletConfig",
     "MetricsConfig",
     "NriConfig",

@@ -51,6 +51,18 @@ LABEL_LENDABLE: Final = f"{DOMAIN}/lendable"
 # §5 CDI device annotations that travel with a bundle (containerd's CDI annotation prefix).
 CDI_ANNOTATION_PREFIX: Final = "cdi.k8s.io/"
 
+# §11 DRA nodes: the driver's name, the domain of its device attributes and CDI vendor.
+DRA_DRIVER: Final = DOMAIN
+# The whole-GPU DeviceClass, and the name Kubernetes gives every class as an extended resource
+# (deviceclass.resource.kubernetes.io/<class>): what an owner of a whole DRA GPU holds, as
+# gpushare's spot logic reads it from PodResources.
+DRA_CLASS_GPU: Final = f"gpu.{DOMAIN}"
+RESOURCE_DRA_GPU: Final = f"deviceclass.resource.kubernetes.io/{DRA_CLASS_GPU}"
+# Taints on a spot device (docs/dra.md, "Lending"): no new borrower while the owner is active;
+# borrowers evicted and their claims deallocated after a reclaim.
+TAINT_OWNER_ACTIVE: Final = f"{DOMAIN}/owner-active"
+TAINT_RECLAIMED: Final = f"{DOMAIN}/reclaimed"
+
 # Lease held by the agent that reconciles cluster-wide shadow demand (§1).
 LEASE_NAME: Final = "gpushare-controller"
 

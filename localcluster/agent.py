@@ -80,6 +80,7 @@ def config_doc(cluster: Cluster, side: Path, port: int, settings: AgentSettings)
         "kubelet": {
             "devicePluginDir": f"{cluster.device_plugin_dir}/",
             "podResourcesSocket": str(cluster.pod_resources_socket),
+            "rootDir": str(cluster.kubelet_root),
         },
         "metrics": {"listen": f"127.0.0.1:{port}"},
     }

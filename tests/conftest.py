@@ -156,6 +156,8 @@ LANES = {
     "failclosed": "guests",
     "kube": "guests",
     "nvidia": "guests",
+    "dra": "guests",
+    "kube_oldest": "guests",
 }
 
 

@@ -129,6 +129,11 @@ class PluginProcess(Lifecycle):
         tail = "\n".join(self._lines[-30:])
         return PluginProcessError(f"{' '.join(self.argv)} {what}; output:\n{tail}")
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash: the process cleans nothing up; ``stop`` then reaps it."""
+        if self._proc is not None:
+            self._proc.kill()
+
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -42,6 +42,8 @@ NOT_THE_AGENTS = {
     "gpushare.k8s.io/container-devices-from.": "the tenant's Docker-in-Docker source, inside its own pod",
     "gpushare.k8s.io/container-devices-from": PLUGINS_ONLY,
     "gpushare.k8s.io/container-devices-ids": PLUGINS_ONLY,
+    "gpushare.k8s.io/owner-active": "a taint on the DRA driver's own spot devices, not a pod key",
+    "gpushare.k8s.io/reclaimed": "a taint on the DRA driver's own spot devices, not a pod key",
 }
 
 

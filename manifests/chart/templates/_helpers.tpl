@@ -66,3 +66,46 @@ node's own clients however many others hold the rest. The listen address must in
 {{- fail (printf "config.metrics.source must be a URL or an absolute file path on the node (got %q)" $source) -}}
 {{- end -}}
 {{- end -}}
+
+
+{{/* The agent's config file; .dra: the DRA node pool's (docs/dra.md). */}}
+{{- define "gpushare.configFile" }}
+{{- $r := .root }}
+{{- $c := $r.Values.config }}
+{{- $kubelet := include "gpushare.kubeletRoot" $r }}
+    version: v1
+    shareSpecs: [{{ join ", " $c.shareSpecs }}]
+    devShareSpecs: [{{ join ", " $c.devShareSpecs }}]
+    realResources: {{ $c.realResources | toJson }}
+    shadowImage: {{ $c.shadowImage | toJson }}
+    shadowPriorityClass: {{ $r.Values.priorityClasses.shadow.name | toJson }}
+    shadowPreemption: {{ $r.Values.priorityClasses.shadow.preemption | toJson }}
+    warmShadows: {{ $c.warmShadows }}
+    shadowIdleTimeout: {{ $c.shadowIdleTimeout | toJson }}
+    idleWindow: {{ $c.idleWindow | toJson }}
+    maxBlockMs: {{ $c.maxBlockMs }}
+    stateDir: {{ $c.stateDir | toJson }}
+    nri:
+      socket: {{ $c.nri.socket | toJson }}
+    kubelet:
+      devicePluginDir: {{ printf "%s/device-plugins/" $kubelet | toJson }}
+      podResourcesSocket: {{ printf "%s/pod-resources/kubelet.sock" $kubelet | toJson }}
+      rootDir: {{ $kubelet | toJson }}
+    metrics:
+      # dcgm-exporter on the node; spot lending stays off (spot-gpu Unhealthy) while it is unreachable.
+      source: {{ $c.metrics.source | toJson }}
+      vendor: {{ $c.metrics.vendor | toJson }}
+      listen: {{ $c.metrics.listen | toJson }}
+      {{- with omit $c.metrics "source" "vendor" "listen" }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    {{- if .dra }}
+    dra:
+      enabled: true
+      vendorKind: {{ $r.Values.dra.vendorKind | toJson }}
+      cdiRoot: {{ $r.Values.dra.cdiRoot | toJson }}
+    {{- end }}
+    {{- with $c.extra }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}

@@ -46,6 +46,10 @@ RELEASE = "gpushare"
 NAMESPACE = "gpushare-system"
 DAEMONSET = "gpushare-agent"
 SELECTOR = "app.kubernetes.io/name=gpushare"
+# On a DRA node the chart's other DaemonSet runs the agent (docs/dra.md).
+DRA_DAEMONSET = "gpushare-agent-dra"
+DRA_SELECTOR = "app.kubernetes.io/name=gpushare-dra"
+DRA_NODE_LABEL = "gpushare.k8s.io/dra"
 CONTAINER = "agent"
 NODE_LABEL = "gpushare.k8s.io/enabled"
 # Config keys the chart writes from values of their own; any other goes through config.extra.
@@ -64,15 +68,22 @@ def agent_values(cluster: Cluster, side: Path, port: int, settings: AgentSetting
     """The chart's values for this cluster: the same config a host-process agent gets."""
     doc = config_doc(cluster, side, port, settings)
     root = str(cluster.kubelet_root)
-    derived = {"devicePluginDir": f"{root}/device-plugins/", "podResourcesSocket": f"{root}/pod-resources/kubelet.sock"}
+    derived = {
+        "devicePluginDir": f"{root}/device-plugins/",
+        "podResourcesSocket": f"{root}/pod-resources/kubelet.sock",
+        "rootDir": root,
+    }
     if doc.pop("kubelet") != derived:
         raise ClusterError(f"the chart derives kubelet's paths from kubelet.rootDir ({root}); settings override them")
     doc.pop("version")
     config = {k: v for k, v in doc.items() if k in _CHART_CONFIG_KEYS}
     # The chart's default source is an exporter on the node; the harness names its own or none.
     config["metrics"] = {"source": "", "vendor": "auto", **doc["metrics"]}
+    dra = doc.pop("dra", {})
     config["extra"] = {k: v for k, v in doc.items() if k not in _CHART_CONFIG_KEYS}
     return {
+        # DRA mode: the chart's DRA DaemonSet on the node labelled for it, with the driver on.
+        "dra": {"enabled": bool(dra.get("enabled")), **{k: v for k, v in dra.items() if k != "enabled"}},
         "logFormat": "text",  # the tests read decisions as key=value lines
         "extraArgs": list(settings.args),
         # The node has no kube-proxy: the agent dials the API server's own address.
@@ -146,7 +157,10 @@ class AgentPod(AgentEndpoint):
         self.config_path = side / "agent.yaml"  # the ConfigMap's config plus nodeName, for `gpushare status`
         self.values_path = side / "gpushare-values.yaml"
         self.helm = Helm(cluster)
-        self.logs = PodLogs(cluster.layout.pod_logs, side / "agent-logs", NAMESPACE, f"{DAEMONSET}-", CONTAINER)
+        self.dra = bool(dict(settings.config.get("dra") or {}).get("enabled"))
+        self.daemonset = DRA_DAEMONSET if self.dra else DAEMONSET
+        self.selector = DRA_SELECTOR if self.dra else SELECTOR
+        self.logs = PodLogs(cluster.layout.pod_logs, side / "agent-logs", NAMESPACE, f"{self.daemonset}-", CONTAINER)
         self.installed = False
         self.timings: dict[str, float] = {}
 
@@ -270,7 +284,7 @@ class AgentPod(AgentEndpoint):
     # -- internals -----------------------------------------------------------------------------------
     def _pod(self) -> dict[str, Any] | None:
         """The DaemonSet's newest pod that is not being deleted."""
-        live = [p for p in pods(self.cluster, NAMESPACE, SELECTOR) if not p["metadata"].get("deletionTimestamp")]
+        live = [p for p in pods(self.cluster, NAMESPACE, self.selector) if not p["metadata"].get("deletionTimestamp")]
         return max(live, key=lambda p: p["metadata"]["creationTimestamp"]) if live else None
 
     def _container_id(self) -> str:
@@ -282,11 +296,12 @@ class AgentPod(AgentEndpoint):
 
     def _generation(self) -> int:
         path = "jsonpath={.metadata.generation}"
-        return int(self.cluster.kubectl("get", "daemonset", "-n", NAMESPACE, DAEMONSET, "-o", path).stdout or 0)
+        return int(self.cluster.kubectl("get", "daemonset", "-n", NAMESPACE, self.daemonset, "-o", path).stdout or 0)
 
     def _label(self, on: bool) -> None:
-        label = f"{NODE_LABEL}=true" if on else f"{NODE_LABEL}-"
-        self.cluster.kubectl("label", "node", NODE_NAME, label, "--overwrite")
+        labels = [NODE_LABEL, DRA_NODE_LABEL] if self.dra else [NODE_LABEL]
+        args = [f"{k}=true" if on else f"{k}-" for k in labels]
+        self.cluster.kubectl("label", "node", NODE_NAME, *args, "--overwrite")
 
     def _labelled(self) -> bool:
         labels = self.cluster.node()["metadata"].get("labels") or {}
@@ -307,9 +322,9 @@ class AgentPod(AgentEndpoint):
         def ready() -> bool:
             if why := self.not_running():
                 raise ClusterError(f"the agent cannot start: {why}\n{self.log_text()[-3000:]}")
-            return daemonset_ready(self.cluster, NAMESPACE, DAEMONSET) and self._container_id() != ""
+            return daemonset_ready(self.cluster, NAMESPACE, self.daemonset) and self._container_id() != ""
 
-        self.cluster.wait_for(f"DaemonSet {NAMESPACE}/{DAEMONSET} rolled out", self._polling(ready), timeout_s)
+        self.cluster.wait_for(f"DaemonSet {NAMESPACE}/{self.daemonset} rolled out", self._polling(ready), timeout_s)
         self._write_host_config()
         self.wait_healthy(max(5.0, deadline - time.monotonic()))
 

@@ -122,5 +122,19 @@ def test_a_refusing_check_writes_nothing(tmp_path: Path) -> None:
 def test_an_unreadable_checkpoint_is_an_error_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "checkpoint.json").write_text('{"version": 9, "claims": {}}')
-    with pytest.raises(CheckpointError, match="checkpoint.json: version 9"):
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json: version 9"):
         PreparedClaims(tmp_path / "p", tmp_path / "c", DRIVER)
+
+
+def test_a_blocked_spot_device_is_refused_with_the_reason() -> None:
+    claim = _claim("u6", _result("gpu-0-spot"))
+    with pytest.raises(ClaimRefused, match="owner of gpu-0 is using it"):
+        plan_claim(
+            claim,
+            _ref("u6"),
+            driver=DRIVER,
+            pool=POOL,
+            devices=DEVICES,
+            held={},
+            blocked={"gpu-0-spot": "the owner of gpu-0 is using it"},
+        )

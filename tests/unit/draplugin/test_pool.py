@@ -20,6 +20,8 @@ from draplugin.pool import (
     Taint,
     build_pool,
     devices_of,
+    parse_device_name,
+    spot_taints,
 )
 from gpushare.cdi import CdiDeviceNode, CdiEdits
 
@@ -43,11 +45,12 @@ def test_gpus_from_cdi_groups_names_of_one_gpu_and_drops_aggregates() -> None:
         "other.com/gpu=0": _nodes("/dev/other0"),
     }
     gpus = gpus_from_cdi(devices, "nvidia.com/gpu")
+    # The UUID is each GPU's identity (what the exporter names it by); the index orders them.
     assert [g.cdi_names for g in gpus] == [
-        ("nvidia.com/gpu=0", "nvidia.com/gpu=GPU-a"),
-        ("nvidia.com/gpu=1", "nvidia.com/gpu=GPU-b"),
+        ("nvidia.com/gpu=GPU-a", "nvidia.com/gpu=0"),
+        ("nvidia.com/gpu=GPU-b", "nvidia.com/gpu=1"),
     ]
-    assert [g.name for g in gpus] == ["gpu-0", "gpu-1"]
+    assert [(g.name, g.vendor_id) for g in gpus] == [("gpu-0", "GPU-a"), ("gpu-1", "GPU-b")]
     assert gpus_from_cdi(devices, "absent.com/gpu") == []
 
 
@@ -82,9 +85,13 @@ def test_slots_of_any_mix_fit_a_gpu_exactly_when_their_shares_do() -> None:
     for combo in itertools.combinations_with_replacement(specs, 4):
         for k in range(1, 5):
             part = combo[:k]
-            used = sum(_consumption(slices, f"gpu-0-share{n}-1" if n <= 5 else f"gpu-0-dev{n}-1")["slices"] for n in part)
+            used = sum(
+                _consumption(slices, f"gpu-0-share{n}-1" if n <= 5 else f"gpu-0-dev{n}-1")["slices"] for n in part
+            )
             assert (used <= whole) == (sum(1 / n for n in part) <= 1 + 1e-12)
-            milli = sum(_consumption(slices, f"gpu-0-share{n}-1" if n <= 5 else f"gpu-0-dev{n}-1")["milli"] for n in part)
+            milli = sum(
+                _consumption(slices, f"gpu-0-share{n}-1" if n <= 5 else f"gpu-0-dev{n}-1")["milli"] for n in part
+            )
             if used <= whole:
                 assert milli <= 1000
 
@@ -124,3 +131,22 @@ def test_taints_go_on_the_named_device_only() -> None:
 def test_a_node_without_gpus_publishes_nothing_but_its_counters(gpus: int) -> None:
     pool = build_pool("d", "n", _gpus(gpus), PoolShape())
     assert len(pool.slices) == (0 if gpus == 0 else 2)
+
+
+def test_spot_devices_take_borrowers_only_while_lendable() -> None:
+    gpus = _gpus(3)
+    taints = spot_taints(gpus, lendable={"gpu-1"}, reclaiming={"gpu-2"})
+    assert set(taints) == {"gpu-0-spot", "gpu-2-spot"}
+    assert [t.key for t in taints["gpu-0-spot"]] == ["gpushare.k8s.io/owner-active"]
+    assert [(t.key, t.effect) for t in taints["gpu-2-spot"]] == [
+        ("gpushare.k8s.io/owner-active", "NoSchedule"),
+        ("gpushare.k8s.io/reclaimed", "NoExecute"),
+    ]
+
+
+def test_device_names_parse_back() -> None:
+    infos = devices_of(_gpus(2), PoolShape())
+    for name, info in infos.items():
+        assert parse_device_name(name) == (info.gpu.name, info.kind, info.share_n)
+    for bad in ("gpu-01", "gpu-0-share0-1", "gpu-0-spot-1", "node-0", "gpu-0-dev4-0"):
+        assert parse_device_name(bad) is None
