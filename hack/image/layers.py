@@ -43,6 +43,7 @@ SOURCE_ROOTS = (
     "gpushare",
     "nri_plugin",
     "deviceplugins",
+    "draplugin",
     "gpukmod",
     "gpumetrics",
     "podcgroups",

@@ -111,6 +111,26 @@ def test_an_exact_milli_claim_gets_its_size(dra: DraNode, api: Api) -> None:
     api.cluster.kubectl("delete", "resourceclaim", "-n", NAMESPACE, "exact-810", "exact-190")
 
 
+def test_the_consumable_capacity_bugs_of_1_34_and_1_35_are_not_here(dra: DraNode, api: Api) -> None:
+    """Two allocator bugs the DRA facts name, on the devices gpushare publishes:
+
+    - kubernetes#134100: a multi-allocatable device that consumes counters could not take a
+      second claim (its counters were checked again and found spent): 300 and 300 share a device;
+    - kubernetes#133705: with the first device partly taken, the allocator did not go on to the
+      next one: 600 then does not fit there and must land on the other GPU's exact device.
+    """
+    for name, milli in (("cc-a", 300), ("cc-b", 300), ("cc-c", 600)):
+        api.apply(claim(name, "exact.gpushare.k8s.io", milli=milli))
+        api.apply(claim_pod(name, name))
+        api.wait_running([name])
+    (a,), (b,), (c,) = (results(api.claim(n)) for n in ("cc-a", "cc-b", "cc-c"))
+    assert a["device"] == b["device"], (a, b)
+    assert c["device"] != a["device"] and c["device"].endswith("-exact"), (a, c)
+    assert_never_over(api.claims())
+    api.delete_pods("cc-a", "cc-b", "cc-c")
+    api.cluster.kubectl("delete", "resourceclaim", "-n", NAMESPACE, "cc-a", "cc-b", "cc-c")
+
+
 def test_random_claims_are_never_placed_over_a_gpu(dra: DraNode, api: Api) -> None:
     """Random sequences of every kind of claim: from the API, no GPU ever holds more than itself,
     and a claim waits only when no GPU has room of its kind."""
