@@ -26,14 +26,12 @@ import argparse
 import json
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.share_startup import delete, time_to_running, wait  # noqa: E402
 from bench.stats import estimate_median, median, paired_differences  # noqa: E402
 from gpushare import keys  # noqa: E402
 from localcluster.agent import FAKE_RESOURCE, FakeGpus  # noqa: E402
@@ -50,31 +48,6 @@ LABELS = {
     PLAIN: f"plain {FAKE_RESOURCE} (device plugin)",
     DRA: "share-gpu-4 on a DRA node (no shadow)",
 }
-
-
-def wait(what: str, ok: Callable[[], bool], timeout_s: float = 90.0, step_s: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ok():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out waiting for {what}")
-        time.sleep(step_s)
-
-
-def time_to_running(c: Cluster, manifest: dict[str, Any]) -> float:
-    name = manifest["metadata"]["name"]
-    started = time.monotonic()
-    c.request("POST", "/api/v1/namespaces/default/pods", manifest)
-
-    def running() -> bool:
-        pod = c.pod(name)
-        return str(((pod or {}).get("status") or {}).get("phase", "")) == "Running"
-
-    wait(f"{name} Running", running, step_s=0.02)
-    return time.monotonic() - started
-
-
-def delete(c: Cluster, *names: str) -> None:
-    c.kubectl("delete", "pod", *names, "--wait=true", "--ignore-not-found", "--grace-period=0")
 
 
 def measure(c: Cluster, root: Path, repeats: int) -> dict[str, list[float]]:

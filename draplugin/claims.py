@@ -14,7 +14,7 @@ Nothing is written for a refused claim.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -99,22 +99,22 @@ def parse_quantity(text: str) -> Decimal:
     return value
 
 
-def plan_claim(
-    claim: Mapping[str, Any],
-    ref: ClaimRef,
-    *,
-    driver: str,
-    pool: str,
-    devices: Mapping[str, DeviceInfo],
-    held: Mapping[str, str],
-    blocked: Mapping[str, str] | None = None,
-) -> PreparedClaim:
-    """The plan for ``claim`` (the API object), or ClaimRefused.
+@dataclass(frozen=True)
+class NodeView:
+    """What a claim is checked against: the node's driver, pool and devices, and their use now."""
 
-    ``held`` maps each exclusive device prepared on this node to the UID of the claim holding it;
-    ``blocked`` maps a device no claim may be prepared on now (a spot device whose owner is
-    active: the scheduler allocated it before the taint reached it) to why.
-    """
+    driver: str
+    pool: str
+    devices: Mapping[str, DeviceInfo]
+    # Each exclusive device prepared on this node → the UID of the claim holding it.
+    held: Mapping[str, str] = field(default_factory=dict)
+    # A device no claim may be prepared on now → why (a spot device whose owner is active: the
+    # scheduler allocated it before the taint reached it).
+    blocked: Mapping[str, str] = field(default_factory=dict)
+
+
+def plan_claim(claim: Mapping[str, Any], ref: ClaimRef, node: NodeView) -> PreparedClaim:
+    """The plan for ``claim`` (the API object), or ClaimRefused."""
     uid = str(claim.get("metadata", {}).get("uid", ""))
     if uid != ref.uid:
         raise ClaimRefused(f"claim {ref.namespace}/{ref.name} has UID {uid or 'none'}, kubelet asked for {ref.uid}")
@@ -124,31 +124,24 @@ def plan_claim(
     results = (allocation.get("devices") or {}).get("results") or []
     out: list[PreparedDevice] = []
     for result in results:
-        if not isinstance(result, Mapping) or result.get("driver") != driver:
+        if not isinstance(result, Mapping) or result.get("driver") != node.driver:
             continue
-        out.append(_prepared(result, ref, driver=driver, pool=pool, devices=devices, held=held, blocked=blocked or {}))
+        out.append(_prepared(result, ref, node))
     return PreparedClaim(ref, tuple(out))
 
 
-def _prepared(
-    result: Mapping[str, Any],
-    ref: ClaimRef,
-    *,
-    driver: str,
-    pool: str,
-    devices: Mapping[str, DeviceInfo],
-    held: Mapping[str, str],
-    blocked: Mapping[str, str],
-) -> PreparedDevice:
+def _prepared(result: Mapping[str, Any], ref: ClaimRef, node: NodeView) -> PreparedDevice:
     name = str(result.get("device", ""))
-    if result.get("pool") != pool:
-        raise ClaimRefused(f"claim {ref} was given {name} from pool {result.get('pool')!r}, not this node's {pool!r}")
-    info = devices.get(name)
+    if result.get("pool") != node.pool:
+        raise ClaimRefused(
+            f"claim {ref} was given {name} from pool {result.get('pool')!r}, not this node's {node.pool!r}"
+        )
+    info = node.devices.get(name)
     if info is None:
         raise ClaimRefused(f"claim {ref} was given device {name!r}, which this node does not publish")
-    if name in blocked:
-        raise ClaimRefused(f"claim {ref} was given {name}: {blocked[name]}")
-    holder = held.get(name)
+    if name in node.blocked:
+        raise ClaimRefused(f"claim {ref} was given {name}: {node.blocked[name]}")
+    holder = node.held.get(name)
     if info.exclusive and holder is not None and holder != ref.uid:
         raise ClaimRefused(f"claim {ref} was given {name}, which claim {holder} holds on this node")
     milli = info.milli
@@ -166,7 +159,7 @@ def _prepared(
         gpu=info.gpu.name,
         milli=milli,
         share_id=str(result.get("shareID") or ""),
-        cdi_ids=(info.gpu.cdi_name, f"{cdi_kind(driver)}={ref.uid}-{name}"),
+        cdi_ids=(info.gpu.cdi_name, f"{cdi_kind(node.driver)}={ref.uid}-{name}"),
     )
 
 

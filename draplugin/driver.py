@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from draplugin.claims import ClaimRef, ClaimRefused, PreparedClaim, plan_claim
+from draplugin.claims import ClaimRef, ClaimRefused, NodeView, PreparedClaim, plan_claim
 from draplugin.pool import DeviceInfo
 from draplugin.state import PreparedClaims
 from gpushare.log import kv
@@ -63,12 +63,10 @@ class Driver:
         claim = self._read_claim(ref.namespace, ref.name)
         devices = self._devices()
 
-        def plan(held: Mapping[str, str]) -> PreparedClaim:
-            return plan_claim(
-                claim, ref, driver=self.driver, pool=self.pool, devices=devices, held=held, blocked=blocked
-            )
-
         blocked = self._blocked()
+
+        def plan(held: Mapping[str, str]) -> PreparedClaim:
+            return plan_claim(claim, ref, NodeView(self.driver, self.pool, devices, held, blocked))
 
         planned = plan(self.state.held())
         # Planned again under the state's lock, so two concurrent Prepares cannot share a device.

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from draplugin.claims import ClaimRef, ClaimRefused, claim_spec, claim_spec_file, parse_quantity, plan_claim
+from draplugin.claims import (
+    ClaimRef,
+    ClaimRefused,
+    NodeView,
+    claim_spec,
+    claim_spec_file,
+    parse_quantity,
+    plan_claim,
+)
 from draplugin.inventory import Gpu
 from draplugin.pool import PoolShape, devices_of
 from draplugin.state import CheckpointError, PreparedClaims
@@ -35,7 +43,7 @@ def _ref(uid: str) -> ClaimRef:
 
 
 def _plan(claim: dict[str, Any], uid: str, held: dict[str, str] | None = None) -> Any:
-    return plan_claim(claim, _ref(uid), driver=DRIVER, pool=POOL, devices=DEVICES, held=held or {})
+    return plan_claim(claim, _ref(uid), NodeView(DRIVER, POOL, DEVICES, held or {}))
 
 
 def test_share_slot_names_the_vendor_gpu_and_the_claims_own_device() -> None:
@@ -130,11 +138,5 @@ def test_a_blocked_spot_device_is_refused_with_the_reason() -> None:
     claim = _claim("u6", _result("gpu-0-spot"))
     with pytest.raises(ClaimRefused, match="owner of gpu-0 is using it"):
         plan_claim(
-            claim,
-            _ref("u6"),
-            driver=DRIVER,
-            pool=POOL,
-            devices=DEVICES,
-            held={},
-            blocked={"gpu-0-spot": "the owner of gpu-0 is using it"},
+            claim, _ref("u6"), NodeView(DRIVER, POOL, DEVICES, blocked={"gpu-0-spot": "the owner of gpu-0 is using it"})
         )
