@@ -270,12 +270,15 @@ def _tenant(c: Cluster) -> None:
 
 
 def _other_node(c: Cluster) -> None:
-    # A share count the agent of this node would like to lower there (docs/scale.md).
-    counts = {OTHER_NODE_SHARE: "4"}
+    # A share count the agent of this node would like to lower there (docs/scale.md). CPU and
+    # memory too: kube-apiserver 1.37 checks a pods/resize against the node's allocatable before
+    # any admission policy sees it. The taint keeps the scheduler from placing anything there.
+    counts = {OTHER_NODE_SHARE: "4", "cpu": "8", "memory": "16Gi", "pods": "110"}
     node = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": OTHER_NODE, "labels": {TEST_LABEL: "1"}},
+        "spec": {"taints": [{"key": "gpushare.k8s.io/test-no-kubelet", "effect": "NoSchedule"}]},
         "status": {"capacity": counts, "allocatable": counts},
     }
     c.kubectl("create", "-f", "-", input=json.dumps(node))
