@@ -136,12 +136,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TierLedger(allowed), "gpushare-tier-ledger")
 
 
-# Which lane each tier runs in under ``make test`` (about 11 minutes each on a 2-core machine):
-# the session cluster's longest tiers; the CPU-bound unit tiers with the private-cluster ones and
-# the rest of the session cluster's; the QEMU guests with the tiers that start no kubelet (nvidia:
-# NVIDIA's binaries on the fake driver and two private containerds, about 20 s).
+# Which lane each tier runs in under ``make test`` (about 16 to 17 minutes each on a 2-core
+# machine): the session cluster's longest tiers; the CPU-bound unit tiers with the private-cluster
+# ones and the rest of the session cluster's; the QEMU guests with the tiers that start no kubelet
+# (nvidia: NVIDIA's binaries on the fake driver and two private containerds), and the DRA and
+# admission tiers, which share that lane's own session cluster, and the oldest-kubelet tier.
 LANES = {
-    "admission": "session-cluster",
+    "admission": "guests",
     "cluster": "session-cluster",
     "doctor": "session-cluster",
     "e2e": "session-cluster",
