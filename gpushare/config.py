@@ -364,6 +364,36 @@ def _build(cls: type[T], data: object, path: str, problems: list[str]) -> T:
     return cls(**kwargs)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word. In a config file that is a silent
+    override: the chart writes its keys and ``config.extra`` after them, so a key in both would
+    quietly win over the chart's (a shadow image, a share spec). The file is refused instead,
+    naming the key and both lines.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base constructor says so
+                    break
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping",
+                        node.start_mark,
+                        f"found the key {key!r} twice (first on line {first.start_mark.line + 1}); "
+                        "a key may be given once",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | os.PathLike[str] | None = None, *, text: str | None = None) -> Config:
     """Read and validate the config; an absent path gives the defaults.
 
@@ -378,7 +408,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, text: str | None 
     data: object = {}
     if text is not None:
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: builds plain data only
         except yaml.YAMLError as exc:
             raise ConfigError([f"not valid YAML: {exc}"], source) from exc
         if data is None:

@@ -144,3 +144,17 @@ def test_a_bad_connection_cap_is_refused_by_the_agent_naming_the_key() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(text=text)
     assert any(p.startswith("metrics.maxConnections: must be between 8 and 1024") for p in err.value.problems)
+
+
+@pytest.mark.parametrize("key", ["shadowImage", "metrics", "nri"])
+def test_a_config_extra_key_the_chart_writes_is_refused_naming_it(key: str) -> None:
+    err = _refused(f"config.extra.{key}=x")
+    assert f"config.extra.{key}: the chart writes {key} itself" in err, err
+
+
+def test_a_key_given_twice_in_the_config_file_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"found the key 'shadowImage' twice \(first on line 2\)"):
+        load_config(text="version: v1\nshadowImage: a\nwarmShadows: 1\nshadowImage: b\n")
+    with pytest.raises(ConfigError, match=r"found the key 'socket' twice"):
+        load_config(text="version: v1\nnri:\n  socket: /a\n  socket: /b\n")
+    assert load_config(text="version: v1\nshadowImage: a\n").shadow_image == "a"

@@ -72,6 +72,14 @@ node's own clients however many others hold the rest. The listen address must in
 {{- define "gpushare.configFile" }}
 {{- $r := .root }}
 {{- $c := $r.Values.config }}
+{{- /* config.extra is written after the keys below: the same key twice would be refused by the
+agent at start (docs/config.md), so it is refused here, naming the value that sets it. */}}
+{{- $written := list "version" "shareSpecs" "devShareSpecs" "realResources" "shadowImage" "shadowPriorityClass" "shadowPreemption" "warmShadows" "shadowIdleTimeout" "idleWindow" "maxBlockMs" "stateDir" "nri" "kubelet" "metrics" "dra" }}
+{{- range $k, $_ := ($c.extra | default dict) }}
+{{- if has $k $written }}
+{{- fail (printf "config.extra.%s: the chart writes %s itself (from config.%s, kubelet.rootDir, priorityClasses or dra); set it there, not in config.extra" $k $k $k) }}
+{{- end }}
+{{- end }}
 {{- $kubelet := include "gpushare.kubeletRoot" $r }}
     version: v1
     shareSpecs: [{{ join ", " $c.shareSpecs }}]
