@@ -158,3 +158,14 @@ def test_a_key_given_twice_in_the_config_file_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"found the key 'socket' twice"):
         load_config(text="version: v1\nnri:\n  socket: /a\n  socket: /b\n")
     assert load_config(text="version: v1\nshadowImage: a\n").shadow_image == "a"
+
+
+def test_the_pods_policy_skips_the_control_planes_namespaces_and_never_the_shadows() -> None:
+    docs = [d for d in _template() if d.get("kind") == "ValidatingAdmissionPolicy"]
+    pods = next(d for d in docs if d["metadata"]["name"] == "gpushare-pods")
+    (expr,) = pods["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert expr == {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+    node = next(d for d in docs if d["metadata"]["name"] == "gpushare-agent-node")
+    assert "namespaceSelector" not in node["spec"]["matchConstraints"]
+    err = _refused("admission.excludedNamespaces={kube-system,gpushare-system}")
+    assert "admission.excludedNamespaces may not name gpushare-system" in err, err

@@ -274,3 +274,12 @@ def test_a_docker_in_docker_annotation_added_later(admission: Admission) -> None
     refused = a.run(a.tenant, *annotate, f"{DIND}main=dind")
     assert 'container "main" is named by the annotation gpushare.k8s.io/container-devices-from.main' in refused, refused
     assert a.run(a.tenant, *annotate, f"{DIND}dind=main") == ""
+
+
+def test_the_control_planes_namespace_is_outside_the_pods_policy(admission: Admission) -> None:
+    """kube-system is excluded (admission.excludedNamespaces): a pod the policy refuses anywhere
+    else is admitted there, so a policy that cannot be evaluated never holds up the control plane."""
+    labels = {keys.LABEL_ROLE: keys.ROLE_SHADOW}
+    elsewhere = admission.create(None, pod("forged", [("app", {})], labels=labels))
+    assert "ValidatingAdmissionPolicy 'gpushare-pods'" in elsewhere, elsewhere
+    assert admission.create(None, pod("forged", [("app", {})], labels=labels, namespace="kube-system")) == ""
