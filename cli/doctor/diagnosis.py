@@ -302,6 +302,27 @@ def check_pod_resources(k: KubeletFact) -> Check:
     return Check("pod-resources", Status.OK, f"PodResources {k.pod_resources.path}: List answered ({k.pods} pods)")
 
 
+# Whose device plugin advertises each vendor resource gpushare knows, for the fix a check names.
+VENDOR_PLUGINS = {
+    "nvidia.com/gpu": "NVIDIA's k8s-device-plugin (or the GPU Operator)",
+    "amd.com/gpu": "AMD's ROCm k8s-device-plugin",
+    "huawei.com/npu": "Huawei's Ascend device plugin",
+    "hygon.com/dcu": "Hygon's DCU device plugin",
+    "cambricon.com/mlu": "Cambricon's MLU device plugin",
+    "enflame.com/gcu": "Enflame's GCU device plugin",
+    "iluvatar.ai/gpu": "Iluvatar CoreX's device plugin",
+    "metax-tech.com/gpu": "MetaX's GPU device plugin",
+    "mthreads.com/vgpu": "Moore Threads' device plugin",
+    "kunlunxin.com/xpu": "Kunlunxin's XPU device plugin",
+}
+_NO_PLUGIN = "no vendor device plugin"
+_OTHER_RESOURCES = "no devices of"
+
+
+def plugin_of(resource: str) -> str:
+    return VENDOR_PLUGINS.get(resource, f"the vendor device plugin that advertises {resource}")
+
+
 def _vendor_check(k: KubeletFact, resource: str, live: list[str]) -> Check:
     name = f"vendor {resource}"
     devices = (k.devices or {}).get(resource) if k.devices is not None else None
@@ -329,27 +350,60 @@ def _vendor_check(k: KubeletFact, resource: str, live: list[str]) -> Check:
         return Check(
             name,
             Status.FAIL,
-            f"no devices of {resource} on this node; plugin sockets {sockets} serve other resources",
+            f"{_OTHER_RESOURCES} {resource} on this node; plugin sockets {sockets} serve other resources",
             "set realResources in the gpushare config to the resource your vendor plugin advertises",
         )
     unknown = " (kubelet's device list unavailable)" if count is None else ""
     return Check(
         name,
         Status.FAIL,
-        f"no vendor device plugin: no socket answers in {k.plugin_dir} and kubelet lists no {resource}{unknown}",
-        "install and start the vendor device plugin (e.g. the NVIDIA device plugin DaemonSet)",
+        f"{_NO_PLUGIN}: no socket answers in {k.plugin_dir} and kubelet lists no {resource}{unknown}",
+        f"install and start {plugin_of(resource)} on this node",
     )
 
 
 def check_vendor_plugins(k: KubeletFact, resources: tuple[str, ...]) -> list[Check]:
-    """One check per configured real resource; with several, one served is enough (a mixed fleet)."""
+    """One check per configured real resource this node has or should have; with several (a mixed
+    fleet), one served is enough and the others are one line, not one failure each."""
     live = [s.path.rsplit("/", 1)[-1] for s in k.vendor_sockets if s.ok]
     checks = [_vendor_check(k, r, live) for r in resources]
-    if len(checks) > 1 and any(c.status is Status.OK for c in checks):
-        checks = [
-            c if c.status is Status.OK else Check(c.name, Status.WARN, f"not on this node: {c.summary}") for c in checks
-        ]
-    return checks
+    if len(checks) < 2:
+        return checks
+    served = [c for c in checks if c.status is Status.OK]
+    if served:
+        absent = [r for r, c in zip(resources, checks, strict=True) if c.status is not Status.OK]
+        if absent:
+            note = f"not on this node: {', '.join(absent)} (it serves {', '.join(c.name[7:] for c in served)})"
+            served.append(Check("vendor others", Status.WARN, note))
+        return served
+    # Nothing served: a resource with a finding of its own keeps it; the rest are one failure,
+    # since this node's vendor is unknown: plugins serving other resources, or none at all (then
+    # the fix names each vendor's plugin).
+    own = [c for c in checks if not c.summary.startswith((_NO_PLUGIN, _OTHER_RESOURCES))]
+    elsewhere = [r for r, c in zip(resources, checks, strict=True) if c.summary.startswith(_OTHER_RESOURCES)]
+    missing = [r for r, c in zip(resources, checks, strict=True) if c.summary.startswith(_NO_PLUGIN)]
+    if elsewhere:
+        own.append(
+            Check(
+                "vendor",
+                Status.FAIL,
+                f"{_OTHER_RESOURCES} {', '.join(elsewhere)} on this node; plugin sockets {', '.join(live)} "
+                "serve other resources",
+                "set realResources in the gpushare config to the resource your vendor plugin advertises",
+            )
+        )
+    elif missing:
+        own.append(
+            Check(
+                "vendor",
+                Status.FAIL,
+                f"{_NO_PLUGIN}: no socket answers in {k.plugin_dir} and kubelet lists none of {', '.join(missing)}",
+                "install and start this node's vendor plugin: "
+                + "; ".join(f"{plugin_of(r)} for {r}" for r in missing)
+                + "; or set realResources to the resource yours advertises",
+            )
+        )
+    return own
 
 
 def check_exporter(e: ExporterFact, spot: bool) -> Check:

@@ -187,7 +187,7 @@ CASES: list[tuple[str, dict[str, Any], str, Status, tuple[str, ...]]] = [
         {"kubelet__vendor_sockets": (), "kubelet__devices": {}, "kubelet__api_allocatable": {GPU: 0}},
         f"vendor {GPU}",
         Status.FAIL,
-        ("no vendor device plugin", "install and start the vendor device plugin"),
+        ("no vendor device plugin", "install and start NVIDIA's k8s-device-plugin"),
     ),
     (
         "vendor plugin died, kubelet still lists its devices",
@@ -319,10 +319,22 @@ def test_one_served_resource_of_several_is_enough() -> None:
     facts = with_(healthy(), real_resources=(GPU, "amd.com/gpu", "huawei.com/npu"))
     checks = by_name(diagnose(facts, NRI))
     assert checks[f"vendor {GPU}"].status is Status.OK
-    assert checks["vendor amd.com/gpu"].status is Status.WARN
-    assert checks["vendor amd.com/gpu"].summary.startswith("not on this node: ")
+    others = checks["vendor others"]
+    assert others.status is Status.WARN
+    assert others.summary == f"not on this node: amd.com/gpu, huawei.com/npu (it serves {GPU})"
+    assert "vendor amd.com/gpu" not in checks
+    # Plugins that serve none of them: one failure, naming them all.
     alone = by_name(diagnose(with_(facts, kubelet__devices={}, kubelet__api_allocatable=None), NRI))
-    assert {alone[f"vendor {r}"].status for r in facts.real_resources} == {Status.FAIL}
+    vendor = [c for name, c in alone.items() if name.startswith("vendor")]
+    assert [c.name for c in vendor] == ["vendor"] and vendor[0].status is Status.FAIL
+    assert "no devices of " + ", ".join(facts.real_resources) in vendor[0].summary
+    # No plugin at all: one failure, whose fix names each vendor's own plugin.
+    bare = with_(facts, kubelet__devices={}, kubelet__api_allocatable=None, kubelet__vendor_sockets=())
+    vendor = [c for name, c in by_name(diagnose(bare, NRI)).items() if name.startswith("vendor")]
+    assert [c.name for c in vendor] == ["vendor"] and vendor[0].status is Status.FAIL
+    assert "none of " + ", ".join(facts.real_resources) in vendor[0].summary
+    assert "AMD's ROCm k8s-device-plugin for amd.com/gpu" in vendor[0].hint
+    assert "Huawei's Ascend device plugin for huawei.com/npu" in vendor[0].hint
 
 
 def test_api_allocatable_stands_in_for_kubelet_when_it_cannot_list() -> None:
