@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -33,6 +34,8 @@ REPO = Path(__file__).resolve().parents[3]
 CACHE = cache_dir() / "kernel"
 RELEASES = ["6.1.0-50-amd64", "6.12.95+deb12-amd64"]
 GUEST_TIMEOUT_S = 1100
+# The counts in pytest's last line inside the guest: "4 passed", "1 failed, 3 passed", "2 errors".
+_PYTEST_SUMMARY = re.compile(r"(?<![0-9])([0-9]+) (passed|failed|errors?)\b")
 CGROUP2_RELEASE = "6.12.95+deb12-amd64"
 CGROUP2_TIMEOUT_S = 420
 # One kill per kubelet cgroup driver and v2 kill method (guest_cgroup2.py's parameters).
@@ -99,7 +102,10 @@ def _boot(release: str, script: Path, out: Path, timeout_s: int, *, cgroup2: boo
         print(f"[{release}] guest died while booting; retrying once:\n{console[-3000:]}")
     tail = console[-12000:]
     assert proc.returncode == 0, f"guest run on {release} failed (rc {proc.returncode}):\n{tail}"
-    assert " passed" in console and " failed" not in console, tail
+    # pytest's own summary ("4 passed", "1 failed, 3 passed"), not any " failed" on the console: a
+    # slow TCG guest may log "ACPI Error: Method execution failed" while booting and pass anyway.
+    summary = _PYTEST_SUMMARY.findall(console)
+    assert summary and not any(word in ("failed", "error", "errors") for _, word in summary), tail
     return console
 
 
