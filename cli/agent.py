@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Annotated
 
+import kubernetes
 import typer
 
 from cli.common import load_config_or_exit, parse_spot_from, stop_on_signals
@@ -83,7 +84,7 @@ def agent(
             use_lease=lease,
             stop=stop,
         )
-    except (GpushareError, OSError) as exc:
+    except (GpushareError, OSError, kubernetes.config.ConfigException) as exc:
         typer.echo(f"gpushare: agent cannot start: {exc}", err=True)
         raise typer.Exit(1) from exc
     log.info("effective config", extra=kv(config=json.dumps(effective_config(cfg), sort_keys=True)))

@@ -12,10 +12,12 @@ import threading
 from pathlib import Path
 from typing import Annotated
 
+import kubernetes
 import typer
 
 from cli.common import load_config_or_exit, stop_on_signals
 from draplugin.plugin import DraPlugin, api_client, settings_from_config
+from gpushare.errors import GpushareError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,11 @@ def dra_plugin(
     settings = settings_from_config(cfg, node=node)
     if vendor_kind:
         settings = dataclasses.replace(settings, vendor_kind=vendor_kind)
-    plugin = DraPlugin(settings, api_client(kubeconfig))
+    try:
+        plugin = DraPlugin(settings, api_client(kubeconfig))
+    except (GpushareError, OSError, kubernetes.config.ConfigException) as exc:
+        typer.echo(f"gpushare: dra-plugin cannot start: {exc}", err=True)
+        raise typer.Exit(1) from exc
     stop = threading.Event()
     stop_on_signals(stop, "dra-plugin", log)
     plugin.run(stop)

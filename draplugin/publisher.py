@@ -110,7 +110,7 @@ class SlicePublisher:
             else:
                 extra.append(item)
         generations = {int(i["spec"]["pool"].get("generation", 0)) for i in existing}
-        in_sync = (
+        in_sync = (not existing and not pool.slices) or (
             not extra
             and len(by_index) == len(pool.slices)
             and len(generations) == 1

@@ -31,13 +31,15 @@ from draplugin.claims import (
     claim_spec_file,
     claim_spec_prefix,
 )
+from gpushare.errors import GpushareError
 
 CHECKPOINT_VERSION = 1
 CHECKPOINT_NAME = "checkpoint.json"
 
 
-class CheckpointError(RuntimeError):
-    """The checkpoint cannot be read; the message names the file and why."""
+class CheckpointError(GpushareError):
+    """The checkpoint cannot be read; the message names the file and why. Nothing is rewritten:
+    the plugin refuses to start rather than forget claims kubelet will not prepare again."""
 
 
 def write_atomically(path: Path, data: bytes) -> None:
