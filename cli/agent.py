@@ -74,7 +74,7 @@ def agent(
         sources = parse_spot_from(spot_from or [], cfg.real_resources[0])
         if listen is not None:
             cfg = with_overrides(cfg, metrics=dataclasses.replace(cfg.metrics, listen=listen))
-        spot_runtime = _spot_runtime(cfg, spot=spot, kmod=kmod, kmod_socket=kmod_socket)
+        spot_runtime = _spot_runtime(cfg, spot=spot, kmod=kmod, kmod_socket=kmod_socket, kubeconfig=kubeconfig)
         runner = Agent(
             cfg,
             kubeconfig=kubeconfig,
@@ -94,14 +94,16 @@ def agent(
     runner.run()
 
 
-def _spot_runtime(cfg: Config, *, spot: bool, kmod: bool, kmod_socket: str | None) -> SpotRuntime | None:
+def _spot_runtime(
+    cfg: Config, *, spot: bool, kmod: bool, kmod_socket: str | None, kubeconfig: str | None = None
+) -> SpotRuntime | None:
     """The spot runtime the flags ask for (None with --no-spot); exits 2 on flags that contradict."""
     if kmod_socket is not None and not (spot and kmod):
         typer.echo("gpushare: --kmod-socket stands in for gpukmod: it needs --spot and --kmod", err=True)
         raise typer.Exit(2)
     if not spot:
         return None
-    runtime = SpotRuntime.from_config(cfg, use_kmod=kmod)
+    runtime = SpotRuntime.from_config(cfg, use_kmod=kmod, kubeconfig=kubeconfig)
     if kmod_socket is not None:
         where = f"the test socket {kmod_socket} (--kmod-socket; not gpukmod)"
         runtime.bridge.use_client_factory(notice_socket_factory(kmod_socket), where=where)

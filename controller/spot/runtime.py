@@ -35,6 +35,8 @@ from typing import Any
 
 from controller.core.actions import REASON_OWNER_BACK, KillPods, KmodCommand
 from controller.core.detectors import IdleDetector, IdleVerdict
+from controller.io.exporter_pods import ExporterPods
+from controller.io.kube_client import KubeClient
 from controller.spot.counters import SpotCounters
 from controller.spot.hooks import SpotHooks
 from controller.spot.killer import KillOutcome, PodKiller
@@ -42,6 +44,7 @@ from controller.spot.kmod_bridge import KmodBridge, open_kmod, refuse_kmod
 from controller.spot.solver import KmodView, ReturnTarget
 from controller.spot.utilization import UtilizationWatcher
 from gpukmod import KmodError
+from gpumetrics.discovery import is_pod_source, parse_pod_source
 from gpumetrics.scrape import Scraper
 from gpushare.config import Config
 from gpushare.errors import GpushareError
@@ -165,6 +168,8 @@ class SpotRuntime:
         self.spot_health_target: Callable[[str, bool], None] | None = None
         self.last_return: dict[str, Any] = {}
         self.bridge = bridge
+        # The API client of a k8s://pods/ metrics source (closed with the runtime); None otherwise.
+        self.exporter_pods: ExporterPods | None = None
 
     @property
     def bridge(self) -> KmodBridge:
@@ -177,17 +182,27 @@ class SpotRuntime:
         bridge.on_notice = self._on_notice
 
     @classmethod
-    def from_config(cls, cfg: Config, *, use_kmod: bool = True) -> SpotRuntime:
-        """Build from the config; the threads wake ``self.wake_target`` (set it to the loop's ``wake``)."""
+    def from_config(cls, cfg: Config, *, use_kmod: bool = True, kubeconfig: str | None = None) -> SpotRuntime:
+        """Build from the config; the threads wake ``self.wake_target`` (set it to the loop's ``wake``).
+
+        A ``k8s://pods/`` metrics source lists its exporter pod with a client of its own, from
+        ``kubeconfig`` (None: the pod's service account), so a slow list never holds a
+        connection the loop's watches need. ``MetricsError`` for a malformed source."""
         holder: list[SpotRuntime] = []
 
         def wake() -> None:
             holder[0].wake_target()
 
         watcher = None
+        exporter_pods = None
         if cfg.metrics.source:
+            if is_pod_source(cfg.metrics.source):
+                parse_pod_source(cfg.metrics.source)  # a malformed source is refused before a client is opened
+                exporter_pods = ExporterPods(
+                    KubeClient.from_kubeconfig(kubeconfig, timeout_s=cfg.metrics.scrape_timeout_s + 3.0)
+                )
             watcher = UtilizationWatcher(
-                Scraper.from_config(cfg.metrics),
+                Scraper.from_config(cfg.metrics, node=cfg.node_name, list_pods=exporter_pods),
                 IdleDetector.from_config(cfg),
                 interval_s=cfg.metrics.scrape_interval_s,
                 is_process_level=cfg.metrics.process_level,
@@ -197,6 +212,7 @@ class SpotRuntime:
         factory = open_kmod if use_kmod else refuse_kmod
         bridge = KmodBridge(unit=cfg.netlink_protocol, wake=wake, client_factory=factory)
         rt = cls(watcher, bridge, PodKiller(cgroup_root=cfg.spot.cgroup_root))
+        rt.exporter_pods = exporter_pods
         holder.append(rt)
         return rt
 
@@ -225,6 +241,8 @@ class SpotRuntime:
         self.bridge.close()
         if self.watcher is not None:
             self.watcher.join(5.0)
+        if self.exporter_pods is not None:
+            self.exporter_pods.close()
 
     # --- SpotHooks --------------------------------------------------------------------------------
 
@@ -398,6 +416,9 @@ class SpotRuntime:
             if self.watcher is None
             else {
                 "process_level": self.watcher.is_process_level,
+                "source": self.watcher.source,
+                # The URL scraped: the source itself, or the pod a k8s://pods/ source found ("" until one is).
+                "endpoint": self.watcher.endpoint,
                 "last_scrape_at": self.watcher.last_scrape_at,
                 "error": self.watcher.last_error,
             },

@@ -145,6 +145,15 @@ class UtilizationWatcher:
             self._store.close()
             self._store = None
 
+    @property
+    def source(self) -> str:
+        return self._scraper.source
+
+    @property
+    def endpoint(self) -> str:
+        """Where the scrapes go (``Scraper.endpoint``)."""
+        return self._scraper.endpoint
+
     def last_devices(self) -> tuple[DeviceMetrics, ...]:
         """The devices of the last scrape that worked (empty before one)."""
         return self._devices

@@ -39,6 +39,11 @@ CALL_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
     ("list_pods", lambda c: c.list_pods(field_selector="spec.nodeName=n"), "io/pod_cache: this node's pods"),
     ("list_pods", lambda c: c.list_pods(field_selector="spec.nodeName="), "io/pod_cache, cluster_pass: pending pods"),
     ("list_pods", lambda c: c.list_pods(namespace=keys.SHADOW_NAMESPACE), "io/pod_cache, cluster_pass: shadows"),
+    (
+        "list_pods",
+        lambda c: c.list_pods(namespace="gpu-operator", label_selector="app=a", field_selector="spec.nodeName=n"),
+        "io/exporter_pods: the node's exporter pod, for a k8s://pods/ metrics source",
+    ),
     ("watch_pods", lambda c: list(c.watch_pods("1", field_selector="spec.nodeName=n")), "io/pod_cache"),
     ("watch_pods", lambda c: list(c.watch_pods("1", namespace=keys.SHADOW_NAMESPACE)), "io/pod_cache: shadows"),
     ("create_pod", lambda c: c.create_pod(SHADOW_MANIFEST), "applier: the leader creates a shadow"),
