@@ -134,6 +134,7 @@ class Agent:
             access=cfg.metrics.access,
             authorize=AccessReviewer(self.reviews).verdict if self.reviews is not None else None,
             max_connections=cfg.metrics.max_connections,
+            tls=cfg.metrics.tls,
         )
         if spot_runtime is not None:
             spot_runtime.wake_target = self.loop.wake

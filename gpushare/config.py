@@ -90,6 +90,22 @@ class KubeletConfig:
 
 
 @dataclass(frozen=True)
+class MetricsTlsConfig:
+    # TLS on the endpoint, in the terms of Prometheus' exporter-toolkit web config (cert_file,
+    # key_file, client_ca_file): PEM files, read again when they change, since cert-manager renews
+    # a certificate by replacing the Secret's files. No certFile: plain HTTP.
+    cert_file: str = ""
+    key_file: str = ""
+    # Clients off the node must present a certificate this CA signed (mutual TLS), on top of what
+    # `access` asks of them. Loopback clients are the node itself and are never asked for one.
+    client_ca_file: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     # Vendor exporter to scrape for utilization; "" disables (spot then stays Unhealthy).
     source: str = ""
@@ -108,6 +124,7 @@ class MetricsConfig:
     # Connections the endpoint serves at once. Each holds a thread and a file descriptor, so the
     # cap keeps slow clients from taking what spot reclaim needs (docs/security.md).
     max_connections: int = 32
+    tls: MetricsTlsConfig = field(default_factory=MetricsTlsConfig)
 
 
 @dataclass(frozen=True)
@@ -172,6 +189,8 @@ _YAML_NAMES = {
     "scrape_timeout_s": "scrapeTimeout",
 }
 _DURATION_FIELDS = set(_YAML_NAMES)
+# Not a duration: the acronym stays in capitals, as in Kubernetes' own field names (clientCAFile).
+_YAML_NAMES["client_ca_file"] = "clientCAFile"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -274,6 +293,22 @@ def _check_max_connections(value: int) -> None:
         raise ValueError(f"must be between {MIN_MAX_CONNECTIONS} and {MAX_MAX_CONNECTIONS}")
 
 
+def _check_optional_abs_path(value: str) -> None:
+    if value and (not value.startswith("/") or "\0" in value):
+        raise ValueError("must be an absolute path to a PEM file, or empty")
+
+
+def _tls_problems(tls: MetricsTlsConfig) -> list[str]:
+    """What the TLS keys say together: a certificate needs its key, and a client CA needs TLS."""
+    problems = []
+    if bool(tls.cert_file) != bool(tls.key_file):
+        given, missing = ("certFile", "keyFile") if tls.cert_file else ("keyFile", "certFile")
+        problems.append(f"metrics.tls.{missing}: required with metrics.tls.{given} (a certificate and its key)")
+    if tls.client_ca_file and not tls.cert_file:
+        problems.append("metrics.tls.clientCAFile: needs metrics.tls.certFile and keyFile (a client CA is part of TLS)")
+    return problems
+
+
 def _check_index(value: str) -> None:
     if not re.fullmatch(r"[0-9]{2}", value):
         raise ValueError('must be two digits, e.g. "10"')
@@ -298,6 +333,9 @@ _VALIDATORS: dict[str, Callable[[Any], None]] = {
     "vendor_kind": _check_cdi_kind,
     "access": _check_metrics_access,
     "max_connections": _check_max_connections,
+    "cert_file": _check_optional_abs_path,
+    "key_file": _check_optional_abs_path,
+    "client_ca_file": _check_optional_abs_path,
 }
 
 T = TypeVar("T")
@@ -419,6 +457,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, text: str | None 
         if version != CONFIG_VERSION:
             problems.append(f"version: only {CONFIG_VERSION!r} is understood (got {version!r})")
     cfg = _build(Config, data, "", problems)
+    if not any(p.startswith("metrics.tls") for p in problems):
+        problems.extend(_tls_problems(cfg.metrics.tls))
     if problems:
         raise ConfigError(problems, source)
     if not cfg.node_name and os.environ.get("NODE_NAME"):
@@ -454,6 +494,7 @@ __all__ = [
     "DraConfig",
     "KubeletConfig",
     "MetricsConfig",
+    "MetricsTlsConfig",
     "NriConfig",
     "SpotConfig",
     "effective_config",

@@ -13,7 +13,9 @@ metrics or a pod's cgroup to kill a borrower. Here:
 - the request head must arrive whole within ``read_timeout_s`` of the accept, in at most
   ``max_head_bytes``; no request body is read; one request per connection (``Connection: close``);
 - the response must be taken within ``write_timeout_s``;
-- ``max_connections`` must fit a share of the process's open-files limit (``fd_budget_problem``).
+- ``max_connections`` must fit a share of the process's open-files limit (``fd_budget_problem``);
+- ``secure`` (the endpoint's TLS) runs in the worker, within the same read deadline: a slow
+  handshake holds a worker slot as a slow request head does, never the accept thread.
 
 ``parse_head`` reads a request head into a ``Request``, or the ``Response`` that refuses it.
 """
@@ -92,6 +94,12 @@ class Response:
 
 def plain(code: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     return Response(code, (text.rstrip("\n") + "\n").encode(), "text/plain", headers)
+
+
+# Given an admitted connection, whether its client is local, and the read deadline (monotonic):
+# the socket to read the request from (the same one, or a TLS one over it), a Response to write on
+# the plain connection instead, or None to drop it (having closed whatever it opened).
+Secure = Callable[[socket.socket, bool, float], socket.socket | Response | None]
 
 
 def _head_end(buf: bytes | bytearray, start: int = 0) -> int:
@@ -192,6 +200,7 @@ class BoundedHttpServer:
         name: str = "gpushare-agent-http",
         fd_limit: Callable[[], int | None] = fd_soft_limit,
         is_local: Callable[[str], bool] = rules.is_loopback,
+        secure: Secure | None = None,
     ) -> None:
         if problem := rules.fd_budget_problem(max_connections, fd_limit()):
             raise ConfigError([problem], "the agent's endpoint")
@@ -199,6 +208,7 @@ class BoundedHttpServer:
             raise ValueError(f"max_connections must exceed the loopback reserve of {rules.LOOPBACK_RESERVE}")
         self._handler = handler
         self._is_local = is_local
+        self._secure = secure
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
         self.write_timeout_s = write_timeout_s
@@ -310,21 +320,44 @@ class BoundedHttpServer:
             if item is None:
                 return
             conn, client, loopback, accepted = item
+            served: socket.socket | None = conn
             try:
-                self._serve(conn, client, loopback, accepted)
+                served = self._secured(conn, loopback, accepted)
+                if served is not None:
+                    self._serve(served, client, loopback, accepted)
             except Exception:  # top of the thread's loop: the worker serves the next connection
                 log.exception("endpoint: serving a connection failed", extra=kv(client=client))
             finally:
                 with contextlib.suppress(OSError):
                     conn.close()
+                if served is not None and served is not conn:
+                    with contextlib.suppress(OSError):
+                        served.close()
                 with self._lock:
                     self._open.discard(conn)
+                    if served is not None:
+                        self._open.discard(served)
                     self._busy -= 1
                     left = self._by_address.get(client, 1) - 1
                     if left:
                         self._by_address[client] = left
                     else:
                         self._by_address.pop(client, None)
+
+    def _secured(self, conn: socket.socket, loopback: bool, accepted: float) -> socket.socket | None:
+        """``secure``'s socket for the connection (kept where ``close()`` cuts it), or None once its
+        refusal is written or it was dropped."""
+        if self._secure is None:
+            return conn
+        result = self._secure(conn, loopback, accepted + self.read_timeout_s)
+        if isinstance(result, Response):
+            self._write(conn, result)
+            return None
+        if result is not None and result is not conn:
+            with self._lock:
+                self._open.discard(conn)
+                self._open.add(result)
+        return result
 
     def _serve(self, conn: socket.socket, client: str, loopback: bool, accepted: float) -> None:
         head = self._read_head(conn, accepted + self.read_timeout_s)

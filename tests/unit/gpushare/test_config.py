@@ -113,6 +113,35 @@ def test_a_bad_endpoint_setting_is_refused_naming_the_key(text: str, problem: st
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
 
 
+def test_tls_on_the_endpoint_names_pem_files_as_the_exporter_toolkit_does() -> None:
+    assert not load_config().metrics.tls.enabled  # plain HTTP unless a certificate is named
+    text = "metrics: {tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key, clientCAFile: /tls/ca.crt}}"
+    tls = load_config(text=text).metrics.tls
+    assert tls.enabled and (tls.cert_file, tls.key_file, tls.client_ca_file) == (
+        "/tls/tls.crt",
+        "/tls/tls.key",
+        "/tls/ca.crt",
+    )
+    assert effective_config(load_config(text=text))["metrics"]["tls"]["clientCAFile"] == "/tls/ca.crt"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("metrics: {tls: {certFile: /tls/tls.crt}}", "metrics.tls.keyFile: required with metrics.tls.certFile"),
+        ("metrics: {tls: {keyFile: /tls/tls.key}}", "metrics.tls.certFile: required with metrics.tls.keyFile"),
+        ("metrics: {tls: {clientCAFile: /tls/ca.crt}}", "metrics.tls.clientCAFile: needs metrics.tls.certFile"),
+        ("metrics: {tls: {certFile: tls.crt, keyFile: /k}}", "metrics.tls.certFile: must be an absolute path"),
+        ("metrics: {tls: {clientCaFile: /tls/ca.crt}}", "metrics.tls.clientCaFile: unknown key; did you mean"),
+    ],
+)
+def test_tls_settings_that_cannot_work_are_refused_naming_the_key(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(text=text)
+    assert [p for p in err.value.problems if p.startswith(problem)], err.value.problems
+    assert len(err.value.problems) == 1, err.value.problems
+
+
 def test_the_gpu_part_directories_default_to_nvidias_and_containerds_and_must_be_absolute() -> None:
     cfg = load_config(text="version: v1\n")
     assert cfg.cdi_spec_dirs == ("/etc/cdi", "/var/run/cdi")
