@@ -108,7 +108,7 @@ class SyntheticCluster:
     def leader_caches(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         """What the leader's watches hold: its node's pods, unscheduled pods, every shadow."""
         pending = [p for p in self.pods if not p["spec"].get("nodeName") and p["status"]["phase"] == "Pending"]
-        shadows = [p for p in self.pods if p["metadata"]["namespace"] == keys.SHADOW_NAMESPACE]
+        shadows = [p for p in self.pods if p["metadata"]["namespace"] == keys.DEFAULT_NAMESPACE]
         return self.pods_on(LEADER_NODE), pending, shadows
 
 
@@ -119,11 +119,11 @@ def _shadow_with_sharers(c: SyntheticCluster, rnd: random.Random, node: str, *, 
     sharers: list[dict[str, Any]] = []
     for i in range(rnd.randint(0, n)):
         sname = f"{name}-u{i}"
-        vid = f"{keys.SHADOW_NAMESPACE}/{name}-{i}"
+        vid = f"{keys.DEFAULT_NAMESPACE}/{name}-{i}"
         recorded = rnd.random() < 0.8
         if recorded:
             users[f"tenant/{sname}/app"] = [vid]
-        owner = {keys.ANNOTATION_SHADOW_OWNER: encode_owner_annotation({f"{keys.SHADOW_NAMESPACE}/{name}": "u"})}
+        owner = {keys.ANNOTATION_SHADOW_OWNER: encode_owner_annotation({f"{keys.DEFAULT_NAMESPACE}/{name}": "u"})}
         sharers.append(
             _pod(sname, "tenant", node, "Running", {keys.share_resource(kind, n): 1},
                  annotations=owner if recorded else None)
@@ -131,9 +131,9 @@ def _shadow_with_sharers(c: SyntheticCluster, rnd: random.Random, node: str, *, 
         c.rows[node].append(PodResourcesEntry("tenant", sname, "app", keys.share_resource(kind, n), (vid,)))
     labels = {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: str(n), keys.LABEL_SHARE_KIND: kind}
     record = {keys.ANNOTATION_SHADOW_USERS: encode_users_annotation(users)} if users else None
-    c.add(_pod(name, keys.SHADOW_NAMESPACE, node, "Running", {"nvidia.com/gpu": 1}, labels=labels, annotations=record))
+    c.add(_pod(name, keys.DEFAULT_NAMESPACE, node, "Running", {"nvidia.com/gpu": 1}, labels=labels, annotations=record))
     real = (f"GPU-{node}-{gpu}",)
-    c.rows[node].append(PodResourcesEntry(keys.SHADOW_NAMESPACE, name, keys.SHADOW_CONTAINER, "nvidia.com/gpu", real))
+    c.rows[node].append(PodResourcesEntry(keys.DEFAULT_NAMESPACE, name, keys.SHADOW_CONTAINER, "nvidia.com/gpu", real))
     for s in sharers:
         c.add(s)
 
@@ -153,7 +153,7 @@ def _owner(c: SyntheticCluster, node: str, gpu: str, g: int) -> None:
 def _unschedulable_shadow(ordinal: int, nodes: int) -> dict[str, Any]:
     kind, n = SPECS[ordinal % len(SPECS)]
     labels = {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: str(n), keys.LABEL_SHARE_KIND: kind}
-    pod = _pod(f"shadow-{kind}-{n}-00000000-{ordinal}", keys.SHADOW_NAMESPACE, "", "Pending", {"nvidia.com/gpu": 1},
+    pod = _pod(f"shadow-{kind}-{n}-00000000-{ordinal}", keys.DEFAULT_NAMESPACE, "", "Pending", {"nvidia.com/gpu": 1},
                labels=labels)  # fmt: skip
     message = f"0/{nodes} nodes are available: {nodes} Insufficient nvidia.com/gpu."
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]

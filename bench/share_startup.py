@@ -96,13 +96,13 @@ def allocatable(c: Cluster, resource: str) -> str:
 
 
 def no_shadows(c: Cluster) -> None:
-    c.kubectl("delete", "pods", "-n", keys.SHADOW_NAMESPACE, "--all", "--wait=true")
+    c.kubectl("delete", "pods", "-n", keys.DEFAULT_NAMESPACE, "--all", "--wait=true")
     # The next sharer must not be bound on the stale share-gpu-4 capacity (docs/agent.md).
     wait("share capacity 0", lambda: allocatable(c, SHARE4) == "0", timeout_s=60, step_s=0.5)
 
 
 def shadows(c: Cluster) -> list[dict[str, Any]]:
-    doc = c.request("GET", f"/api/v1/namespaces/{keys.SHADOW_NAMESPACE}/pods")
+    doc = c.request("GET", f"/api/v1/namespaces/{keys.DEFAULT_NAMESPACE}/pods")
     return [p for p in doc.get("items", []) if not p["metadata"].get("deletionTimestamp")]
 
 

@@ -15,6 +15,7 @@ from types import FrameType
 
 import typer
 
+from gpushare import installation
 from gpushare.config import Config, load_config
 from gpushare.errors import ConfigError
 
@@ -22,10 +23,14 @@ from gpushare.errors import ConfigError
 def load_config_or_exit(path: str | os.PathLike[str] | None, exit_code: int = 2) -> Config:
     """Load the config, or print every problem to stderr and exit: nothing has been touched yet."""
     try:
-        return load_config(path)
+        cfg = load_config(path)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(exit_code) from exc
+    # Every command that reads the config runs in one installation: its namespace is fixed now,
+    # before any thread starts (gpushare.installation).
+    installation.use_namespace(cfg.namespace)
+    return cfg
 
 
 def stop_on_signals(stop: threading.Event, what: str, logger: logging.Logger) -> None:

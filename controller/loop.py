@@ -7,7 +7,7 @@ Inputs, each owned by its own named thread:
   share count kubelet writes back while a shadow drains;
 - with spot, ``-watch-namespaces``: the namespaces labelled lendable (``NamespaceCache``);
 - while this agent holds the Lease, ``-watch-pending`` (unscheduled pods, cluster-wide) and
-  ``-watch-shadows`` (every shadow in ``gpushare-system``) — started the first time it leads;
+  ``-watch-shadows`` (every shadow in the installation's namespace) — started the first time it leads;
 - ``gpushare-controller-lease``: renews the Lease ``gpushare-controller``;
 - per pass, kubelet's PodResources ``List`` (the only source of who holds which device),
   and, when spot is wired in (``SpotHooks``), idle verdicts and kernel notices.
@@ -65,7 +65,7 @@ from controller.share.placing import Placing
 from controller.share.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
 from controller.spot.hooks import SpotHooks
 from deviceplugins import AdvertisedDevice
-from gpushare import keys, rules
+from gpushare import installation, keys, rules
 from gpushare.config import Config
 from gpushare.errors import GpushareError
 from gpushare.log import kv
@@ -128,7 +128,7 @@ class ReconcileLoop:
         )
         self._shadows = PodCache(
             client,
-            namespace=keys.SHADOW_NAMESPACE,
+            namespace=installation.namespace(),
             label_selector=rules.SHADOW_SELECTOR,
             resync_s=resync_s,
             on_change=self.wake,
@@ -403,7 +403,7 @@ class ReconcileLoop:
             allocatable=self._plugins.real_devices(),
             lendable_namespaces=lendable,
             shadow_list_fresh=fresh,
-            deleted_shadows=[r for r in view.deleted if r.namespace == keys.SHADOW_NAMESPACE],
+            deleted_shadows=[r for r in view.deleted if r.namespace == installation.namespace()],
         )
         unhealthy = self._plugins.vendor_unhealthy()
         if unhealthy:

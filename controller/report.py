@@ -20,7 +20,7 @@ from controller.core.model import PodResourcesEntry, Snapshot
 from controller.metrics.attribution import Attribution
 from controller.share.solver import KeyDemand, unhealthy_shadows
 from controller.spot.solver import GpuSpot
-from gpushare import keys
+from gpushare import installation, keys
 from gpushare.rules import is_gpushare_resource
 
 
@@ -114,7 +114,7 @@ def describe_node(
     real = set(real_resources)
     gpu_of: dict[str, tuple[str, ...]] = {}
     for e in (*snapshot.pod_resources, *pod_resources):
-        if e.resource in real and e.namespace == keys.SHADOW_NAMESPACE and e.container == keys.SHADOW_CONTAINER:
+        if e.resource in real and e.namespace == installation.namespace() and e.container == keys.SHADOW_CONTAINER:
             gpu_of[e.pod_key] = tuple(sorted(e.device_ids))
     sick = unhealthy_shadows(snapshot.shadows, mapping, snapshot.vendor_unhealthy, snapshot.shadow_device_nodes)
     shadows = tuple(

@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gpushare import rules
+from gpushare import keys, rules
 from gpushare.errors import ConfigError
+from gpushare.installation import check_namespace
 
 CONFIG_VERSION = "v1"
 
@@ -149,6 +150,9 @@ class DraConfig:
 class Config:
     version: str = CONFIG_VERSION
     node_name: str = ""
+    # Where the agents, shadows and Lease live: the Helm release's namespace, which the chart writes
+    # here. A shadow is trusted only there (gpushare.installation).
+    namespace: str = keys.DEFAULT_NAMESPACE
     share_specs: tuple[int, ...] = (2, 3, 4, 5)
     dev_share_specs: tuple[int, ...] = (2, 4, 8, 16)
     real_resources: tuple[str, ...] = DEFAULT_REAL_RESOURCES
@@ -315,6 +319,7 @@ def _check_index(value: str) -> None:
 
 
 _VALIDATORS: dict[str, Callable[[Any], None]] = {
+    "namespace": check_namespace,
     "share_specs": _check_specs,
     "dev_share_specs": _check_specs,
     "real_resources": _check_resources,

@@ -17,7 +17,9 @@ RESOURCE_SHARE_DEV_GPU_PREFIX: Final = "gpushare/share-dev-gpu-"
 RESOURCE_SPOT_GPU: Final = "gpushare/spot-gpu"
 
 # §3 shadow pods.
-SHADOW_NAMESPACE: Final = "gpushare-system"
+# Where a plain `kubectl apply -f manifests/` installs gpushare; Helm installs it into the release
+# namespace, which the agent's config names (gpushare.installation).
+DEFAULT_NAMESPACE: Final = "gpushare-system"
 SHADOW_CONTAINER: Final = "main"
 LABEL_ROLE: Final = f"{DOMAIN}/role"
 ROLE_SHADOW: Final = "shadow"

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from enum import StrEnum
 from typing import Final
 
-from gpushare import keys
+from gpushare import installation, keys
 
 # -- resources (design §2) ----------------------------------------------------------------------------------
 
@@ -153,10 +153,10 @@ def is_shadow(namespace: str, labels: Mapping[str, str]) -> bool:
     """A gpushare shadow: labelled a shadow *and* in the shadows' namespace.
 
     The label alone is not enough: any tenant can put it on a pod of its own namespace, while only
-    the agent creates pods in ``gpushare-system``. Whatever trusts a pod as a shadow (the NRI
+    the agent creates pods in its own namespace (``gpushare.installation``). Whatever trusts a pod as a shadow (the NRI
     plugin's cross-pod source, the agent's model, the operator's view) asks this.
     """
-    return namespace == keys.SHADOW_NAMESPACE and labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW
+    return namespace == installation.namespace() and labels.get(keys.LABEL_ROLE) == keys.ROLE_SHADOW
 
 
 # -- spot (design §6) ---------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from gpushare import keys, rules
+from gpushare import installation, keys, rules
 from gpushare.cdi import CdiRegistry
 from gpushare.codecs import DevicesFrom, DevicesIds, parse_devices_from, parse_devices_ids, parse_same_pod_annotations
 from gpushare.config import DEFAULT_DEVICE_LIST_DIRS
@@ -321,7 +321,7 @@ def _decide_shadow(
     if not rules.is_shadow(source_pod.namespace, source_pod.labels):
         raise InstructionRefused(
             f"gpushare: source pod {source_pod.ref} is not a shadow (labelled {rules.SHADOW_SELECTOR} in "
-            f"{keys.SHADOW_NAMESPACE}); "
+            f"{installation.namespace()}); "
             "a cross-pod source must be a gpushare shadow pod on this node (design §8)",
             reason=REFUSED_NOT_SHADOW,
         )

@@ -39,7 +39,7 @@ from cli.kubectl.explain import explain
 from cli.status import render_text
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
-from gpushare import keys, rules
+from gpushare import installation, keys, rules
 
 AGENT_CONTAINER = "agent"
 AGENT_CONFIG = "/etc/gpushare/config.yaml"
@@ -162,6 +162,11 @@ def context_namespace(paths: Sequence[Path], context: str | None) -> str:
 
 
 def _connect(kubeconfig: str | None, context: str | None, agent_ns: str, api_only: bool) -> Source:
+    # A shadow is one only in the agents' namespace: the views read shadows by the same rule.
+    try:
+        installation.use_namespace(agent_ns)
+    except ValueError as exc:
+        raise KubeError(f"gpushare: --agent-namespace: {exc}") from exc
     paths = [p for p in kubeconfig_paths(kubeconfig, os.environ) if p.exists()]
     if not paths and kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         client = KubeClient.from_kubeconfig(None)  # in a pod, as kubectl: the service account
@@ -196,7 +201,7 @@ def status(  # noqa: PLR0917 - typer maps each parameter to a flag or argument
     output: Output = "",
     kubeconfig: Kubeconfig = None,
     context: Context = None,
-    agent_namespace: AgentNamespace = keys.SHADOW_NAMESPACE,
+    agent_namespace: AgentNamespace = keys.DEFAULT_NAMESPACE,
     api_only: ApiOnly = False,
 ) -> None:
     """Every node's agent: ready, leader, NRI, GPUs, shadows, sharers, borrowers and problems."""
@@ -251,7 +256,7 @@ def who(  # noqa: PLR0917 - typer maps each parameter to a flag or argument
     namespace: Namespace = None,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
-    agent_namespace: AgentNamespace = keys.SHADOW_NAMESPACE,
+    agent_namespace: AgentNamespace = keys.DEFAULT_NAMESPACE,
     api_only: ApiOnly = False,
 ) -> None:
     """Which pods use a GPU and as what (owner, shadow, sharer, dind, borrower), or which GPU a pod sees."""
@@ -299,7 +304,7 @@ def why(  # noqa: PLR0917 - typer maps each parameter to a flag or argument
     namespace: Namespace = None,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
-    agent_namespace: AgentNamespace = keys.SHADOW_NAMESPACE,
+    agent_namespace: AgentNamespace = keys.DEFAULT_NAMESPACE,
     api_only: ApiOnly = False,
 ) -> None:
     """Why a pod is Pending, was evicted or was refused, in one paragraph with the fix."""
@@ -312,7 +317,7 @@ def why(  # noqa: PLR0917 - typer maps each parameter to a flag or argument
             found, _ = src.client.list_pods(namespace=ns, field_selector=f"metadata.name={name}")
             raw = found[0] if found else None
             events = src.client.list_events(ns, involved_name=name)
-            shadows, _ = src.client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=rules.SHADOW_SELECTOR)
+            shadows, _ = src.client.list_pods(namespace=agent_namespace, label_selector=rules.SHADOW_SELECTOR)
             node = str(((raw or {}).get("spec") or {}).get("nodeName") or "")
             src.read_agents([node] if node else None)
     except KubeError as exc:

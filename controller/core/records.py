@@ -13,7 +13,7 @@ import json.scanner
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpushare import keys
+from gpushare import installation
 
 # A pod name is a DNS subdomain, but a shadow's is ours and short (design §3); a uid is a UUID.
 _MAX_NAME = 63
@@ -38,11 +38,11 @@ def parse_owner_annotation(value: str | None) -> dict[str, str]:
     """``{"<ns>/<shadow>": "<uid>"}``, keeping only entries shaped like what the agent writes.
 
     The record sits on a tenant's pod, so the tenant can rewrite it: only names a shadow could
-    have (``gpushare-system/<name of at most 63 characters>``) and uid-sized values are kept, and
+    have (``<installation namespace>/<name of at most 63 characters>``) and uid-sized values are kept, and
     nothing reads it as evidence (docs/security.md, "Records the agent writes on tenant pods").
     """
     doc = _load_json_object(value)
-    prefix = keys.SHADOW_NAMESPACE + "/"
+    prefix = installation.namespace() + "/"
     return {
         k: v
         for k, v in doc.items()

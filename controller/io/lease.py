@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from controller.core.lease import LeaseObservation, decide_lease, format_micro_time
 from controller.errors import KubeError
 from controller.io.kube_client import KubeClient
-from gpushare import keys
+from gpushare import installation, keys
 from gpushare.log import kv
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class LeaseElector:
         client: KubeClient,
         holder: str,
         *,
-        namespace: str = keys.SHADOW_NAMESPACE,
+        namespace: str | None = None,
         name: str = keys.LEASE_NAME,
         duration_s: int = 15,
         clock: Callable[[], float] = time.monotonic,
@@ -41,7 +41,8 @@ class LeaseElector:
     ) -> None:
         self._client = client
         self.holder = holder
-        self.namespace = namespace
+        # Read at construction, not at import: the namespace is set from the config at start.
+        self.namespace = namespace or installation.namespace()
         self.name = name
         self.duration_s = duration_s
         self._clock = clock

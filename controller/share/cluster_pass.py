@@ -26,7 +26,7 @@ from controller.share.cluster_view import (
 )
 from controller.share.placing import Placing, Seen
 from controller.share.solver import KeyDemand, ShadowPlan, plan_shadows
-from gpushare import keys, rules
+from gpushare import installation, rules
 from gpushare.config import Config
 from gpushare.errors import GpushareError
 from gpushare.log import kv
@@ -116,7 +116,7 @@ def confirm_deletions(
     try:
         fresh = [
             client.list_pods(field_selector=rules.PENDING_UNBOUND_SELECTOR)[0],
-            client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=rules.SHADOW_SELECTOR)[0],
+            client.list_pods(namespace=installation.namespace(), label_selector=rules.SHADOW_SELECTOR)[0],
             *(client.list_pods(field_selector=rules.on_node_selector(n))[0] for n in nodes),
         ]
     except GpushareError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 from controller.core.actions import RecordEvent
 from controller.core.model import ShareKey, Snapshot
-from gpushare import keys
+from gpushare import installation, keys
 
 REASON_SHADOW_UNSCHEDULABLE = "ShadowUnschedulable"
 
@@ -103,7 +103,7 @@ def unschedulable_shadows(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if meta.get("namespace") != keys.SHADOW_NAMESPACE or (pod.get("status") or {}).get("phase") == "Running":
+        if meta.get("namespace") != installation.namespace() or (pod.get("status") or {}).get("phase") == "Running":
             continue  # most shadows hold their GPU: no need to look for the scheduler's word
         if message := unschedulable_message(pod):
             out[f"{meta.get('namespace')}/{meta.get('name')}"] = message

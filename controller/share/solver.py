@@ -39,7 +39,7 @@ from controller.share.holdings import BindingKey, ShadowsByKey, bind_holdings, p
 from controller.share.placing import Placing, Seen, placing_slots, track_placing
 from controller.share.served import configured_specs, is_served, refuse_unserved, refuse_unserved_bound
 from controller.share.shadow_drain import holds_drains, is_draining, plan_draining, plan_node_offer, start_drain
-from gpushare import keys
+from gpushare import installation, keys
 from gpushare.config import Config
 from gpushare.ids import virtual_ids_of
 from nri_plugin.device_rules import rule_for
@@ -110,7 +110,7 @@ def build_shadow_manifest(key: ShareKey, name: str, cfg: Config) -> dict[str, An
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": keys.SHADOW_NAMESPACE,
+            "namespace": installation.namespace(),
             "labels": {
                 keys.LABEL_ROLE: keys.ROLE_SHADOW,
                 keys.LABEL_SHARE_SPEC: str(key.spec),

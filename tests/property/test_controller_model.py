@@ -53,7 +53,7 @@ def pod_like(draw: st.DrawFn) -> Any:
             "metadata": maybe(
                 {
                     "name": draw(st.sampled_from(["a", "b", "c"])),
-                    "namespace": draw(st.sampled_from(["t", keys.SHADOW_NAMESPACE])),
+                    "namespace": draw(st.sampled_from(["t", keys.DEFAULT_NAMESPACE])),
                     "uid": maybe(draw(st.sampled_from(["u1", "u2"]))),
                     "labels": maybe(labels),
                     "annotations": maybe({keys.ANNOTATION_SHADOW_USERS: draw(st.text(max_size=20))}),
@@ -104,12 +104,12 @@ def test_after_creating_the_plan_free_slots_cover_demand_and_warm_pool(
             }
         )
     for j, u in enumerate(used):
-        users = {f"t/x{j}-{k}/c": [f"{keys.SHADOW_NAMESPACE}/s{j}-{k}"] for k in range(u)}
+        users = {f"t/x{j}-{k}/c": [f"{keys.DEFAULT_NAMESPACE}/s{j}-{k}"] for k in range(u)}
         pods.append(
             {
                 "metadata": {
                     "name": f"s{j}",
-                    "namespace": keys.SHADOW_NAMESPACE,
+                    "namespace": keys.DEFAULT_NAMESPACE,
                     "uid": f"s{j}",
                     "labels": {
                         keys.LABEL_ROLE: keys.ROLE_SHADOW,
@@ -163,7 +163,7 @@ def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str]
         names.append(name)
         node = draw(st.sampled_from(["n1", "n2", ""]))
         users = {
-            f"t/s{j}/app": [f"{keys.SHADOW_NAMESPACE}/{name}-{v}" for v in range(draw(st.integers(1, 2)))]
+            f"t/s{j}/app": [f"{keys.DEFAULT_NAMESPACE}/{name}-{v}" for v in range(draw(st.integers(1, 2)))]
             for j in draw(st.sets(st.integers(0, 5), max_size=3))
         }
         pods.append(
@@ -174,14 +174,14 @@ def small_cluster(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str]
             )
         )  # fmt: skip
         if draw(st.booleans()):
-            unschedulable[f"{keys.SHADOW_NAMESPACE}/{name}"] = draw(st.sampled_from(["no GPU", "0/2 nodes"]))
+            unschedulable[f"{keys.DEFAULT_NAMESPACE}/{name}"] = draw(st.sampled_from(["no GPU", "0/2 nodes"]))
     for j in range(draw(st.integers(0, 6))):
         # Often a shadow's key: a sharer pending for a key with idle or draining shadows is where
         # the drain rules and the demand rule meet.
         (kind, n), (resource, selector) = draw(
             st.sampled_from(drawn) if drawn and draw(st.booleans()) else st.tuples(*map(st.sampled_from, CHOICES))
         )
-        owners = {f"{keys.SHADOW_NAMESPACE}/{x}": "u" for x in draw(st.sets(st.sampled_from([*names, "x-9"])))}
+        owners = {f"{keys.DEFAULT_NAMESPACE}/{x}": "u" for x in draw(st.sets(st.sampled_from([*names, "x-9"])))}
         annotations = {keys.ANNOTATION_POOL_RESOURCE: resource} if resource != "nvidia.com/gpu" else {}
         if owners:
             annotations[keys.ANNOTATION_SHADOW_OWNER] = encode_owner_annotation(owners)
@@ -232,10 +232,10 @@ def test_shadow_is_gone_matches_the_straightforward_reference(
     cluster: tuple[list[dict[str, Any]], dict[str, str], Config], data: st.DataObject
 ) -> None:
     pods, _, cfg = cluster
-    refs = [PodRef(keys.SHADOW_NAMESPACE, p["metadata"]["name"], p["metadata"]["uid"]) for p in pods]
+    refs = [PodRef(keys.DEFAULT_NAMESPACE, p["metadata"]["name"], p["metadata"]["uid"]) for p in pods]
     deleted = data.draw(st.sets(st.sampled_from(refs))) if refs else set()
     snap = build_snapshot(pods, cfg, shadow_list_fresh=data.draw(st.booleans()), deleted_shadows=deleted)
-    for ref in [*refs, PodRef(keys.SHADOW_NAMESPACE, "gone", "g")]:
+    for ref in [*refs, PodRef(keys.DEFAULT_NAMESPACE, "gone", "g")]:
         for uid in (None, ref.uid, "other"):
             assert shadow_is_gone(snap, ref.key, uid) == reference.shadow_is_gone(snap, ref.key, uid)
 
@@ -268,7 +268,7 @@ def both_spellings(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "metadata": {
             "name": "p",
-            "namespace": draw(st.sampled_from(["t", keys.SHADOW_NAMESPACE])),
+            "namespace": draw(st.sampled_from(["t", keys.DEFAULT_NAMESPACE])),
             "uid": "u",
             **spelled("deletion_timestamp", "deletionTimestamp", small),
         },

@@ -42,7 +42,7 @@ def test_configmap_holds_a_valid_config() -> None:
 def test_namespace_and_annotations_match_the_contract() -> None:
     docs = _docs()
     namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
-    assert keys.SHADOW_NAMESPACE in namespaces
+    assert keys.DEFAULT_NAMESPACE in namespaces
     (dind,) = [d for d in docs if d["kind"] == "Pod" and d["metadata"]["name"] == "dind-dev"]
     assert keys.POD_ANNOTATION_DEVICES_FROM_PREFIX + "dind" in dind["metadata"]["annotations"]
     (devbox,) = [d for d in docs if d["kind"] == "Pod" and d["metadata"]["name"] == "devbox-alice"]

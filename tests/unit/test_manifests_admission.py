@@ -90,7 +90,7 @@ def test_the_policies_name_the_agents_service_account_and_config() -> None:
     rbac = list(yaml.safe_load_all((MANIFESTS / "20-rbac.yaml").read_text()))
     (sa,) = [d for d in rbac if d and d["kind"] == "ServiceAccount"]
     user = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
-    assert sa["metadata"]["namespace"] == keys.SHADOW_NAMESPACE
+    assert sa["metadata"]["namespace"] == keys.DEFAULT_NAMESPACE
     pods = _named("ValidatingAdmissionPolicy", "gpushare-pods")
     node = _named("ValidatingAdmissionPolicy", "gpushare-agent-node")
     assert _variable(pods, "isAgent") == f"request.userInfo.username == '{user}'"

@@ -320,7 +320,7 @@ class StageClock:
         meta = pod.get("metadata") or {}
         namespace, uid = meta.get("namespace"), str(meta.get("uid", ""))
         role = (meta.get("labels") or {}).get(keys.LABEL_ROLE)
-        shadow = namespace == keys.SHADOW_NAMESPACE and role == keys.ROLE_SHADOW
+        shadow = namespace == keys.DEFAULT_NAMESPACE and role == keys.ROLE_SHADOW
         if not (shadow or namespace == NAMESPACE):
             return
         node = (pod.get("spec") or {}).get("nodeName")
@@ -492,7 +492,7 @@ class ScaleWorld:
         return self.client.list_pods(namespace=namespace, label_selector=label_selector)[0]
 
     def shadows(self) -> list[dict[str, Any]]:
-        return self.pods(keys.SHADOW_NAMESPACE, f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}")
+        return self.pods(keys.DEFAULT_NAMESPACE, f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}")
 
     def wait(self, what: str, ok: Callable[[], bool], timeout_s: float, poll_s: float = 1.0) -> float:
         """Poll ``ok``; the seconds it took, or ClusterError naming ``what`` and the agent's log tail."""

@@ -144,9 +144,9 @@ class NodeIndexedPodCache(PodCache):
             self._changed.add(old)
         if event.type == "DELETED":
             meta = event.obj.get("metadata") or {}
-            if meta.get("namespace") == keys.SHADOW_NAMESPACE:
+            if meta.get("namespace") == keys.DEFAULT_NAMESPACE:
                 self._deleted_shadows.add(
-                    PodRef(keys.SHADOW_NAMESPACE, str(meta.get("name", "")), str(meta.get("uid", "")))
+                    PodRef(keys.DEFAULT_NAMESPACE, str(meta.get("name", "")), str(meta.get("uid", "")))
                 )
             return
         if node:
@@ -162,7 +162,7 @@ class NodeIndexedPodCache(PodCache):
                 self._on_node.setdefault(node, {})[key] = pod
                 self._indexed_node[key] = node
         self._changed = set(self._on_node)
-        self._deleted_shadows = {r for r in self._deleted if r.namespace == keys.SHADOW_NAMESPACE}
+        self._deleted_shadows = {r for r in self._deleted if r.namespace == keys.DEFAULT_NAMESPACE}
 
     def take_due(self, also: Iterable[str] = ()) -> DueNodes | None:
         """The nodes changed since the last take, and ``also``, with their pods; None before the first LIST."""

@@ -22,7 +22,7 @@ from tests.integration.containerd.common import GPU_ID, Seen, expected_node, pro
 
 SHADOW = "shadow-t4-0"
 RESOURCE = keys.share_resource(keys.KIND_SHARE, 4)
-VIDS = virtual_ids_of(keys.SHADOW_NAMESPACE, SHADOW, 4)
+VIDS = virtual_ids_of(keys.DEFAULT_NAMESPACE, SHADOW, 4)
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def shadow(cri: CriClient, fake_gpu: FakeDevice) -> Iterator[Pod]:
     """A shadow pod on this node: labelled as a shadow, its `main` holds the (fake) GPU."""
     pod = cri.run_pod(
         SHADOW,
-        keys.SHADOW_NAMESPACE,
+        keys.DEFAULT_NAMESPACE,
         labels={keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "4", keys.LABEL_SHARE_KIND: keys.KIND_SHARE},
     )
     run_source(cri, pod, fake_gpu, name=keys.SHADOW_CONTAINER)
@@ -39,7 +39,7 @@ def shadow(cri: CriClient, fake_gpu: FakeDevice) -> Iterator[Pod]:
 
 
 def _sharer(cri: CriClient, name: str, vids: list[str], *, mirror_on_pod: bool = False) -> tuple[Pod, dict[str, str]]:
-    annotation = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.SHADOW_NAMESPACE, SHADOW, vids)}
+    annotation = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.DEFAULT_NAMESPACE, SHADOW, vids)}
     return cri.run_pod(name, "team-a", annotations=annotation if mirror_on_pod else {}), annotation
 
 

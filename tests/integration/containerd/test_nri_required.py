@@ -86,13 +86,13 @@ def make_sharer(
     shadow_name = f"shadow-{name}"
     shadow = cri.run_pod(
         shadow_name,
-        keys.SHADOW_NAMESPACE,
+        keys.DEFAULT_NAMESPACE,
         labels={keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "4", keys.LABEL_SHARE_KIND: keys.KIND_SHARE},
     )
     run_source(cri, shadow, fake_gpu, name=keys.SHADOW_CONTAINER)
-    vids = virtual_ids_of(keys.SHADOW_NAMESPACE, shadow_name, 4)[:1]
+    vids = virtual_ids_of(keys.DEFAULT_NAMESPACE, shadow_name, 4)[:1]
     podres.allocate("team-a", name, "app", RESOURCE, vids)
-    annotation = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.SHADOW_NAMESPACE, shadow_name, vids)}
+    annotation = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.DEFAULT_NAMESPACE, shadow_name, vids)}
     return Sharer(shadow, cri.run_pod(name, "team-a", annotations=pod_annotations), annotation)
 
 

@@ -90,7 +90,7 @@ class Guard:
         for pod in self.podres.list():
             for ctr in pod.containers:
                 for dev in ctr.devices:
-                    if dev.resource_name == REAL and pod.namespace == keys.SHADOW_NAMESPACE:
+                    if dev.resource_name == REAL and pod.namespace == keys.DEFAULT_NAMESPACE:
                         for rid in dev.device_ids:
                             holders[f"{pod.namespace}/{pod.name}"] = rid
                     elif keys.parse_share_resource(dev.resource_name) is not None:
@@ -264,7 +264,7 @@ def test_records_and_shadow_labels_written_by_a_tenant_affect_at_most_its_own_po
     e = guard.env
     e.start_pods([sharer("victim", n=4)])
     (real_shadow,) = e.shadows()
-    shadow_key = f"{keys.SHADOW_NAMESPACE}/{real_shadow['metadata']['name']}"
+    shadow_key = f"{keys.DEFAULT_NAMESPACE}/{real_shadow['metadata']['name']}"
     victim_uid = (e.cluster.pod("victim", NS) or {})["metadata"]["uid"]
     # Posing as a shadow: the labels on a pod that holds the other GPU.
     poser = manifest("poser", [("main", {REAL: "1"})])

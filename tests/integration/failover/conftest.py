@@ -35,7 +35,7 @@ from tests.harness.cluster_fixture import cluster  # noqa: F401
 from tests.integration.failover.proxy import CuttableProxy
 
 NODE_B = "gpushare-failover-b"
-LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{keys.SHADOW_NAMESPACE}/leases/{keys.LEASE_NAME}"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{keys.DEFAULT_NAMESPACE}/leases/{keys.LEASE_NAME}"
 LEASE_S = 15  # the agent's lease duration (controller/io/lease.py)
 RENEW_S = LEASE_S / 3  # how often an agent tries (controller/loop.py)
 IDLE_S = 600.0  # no shadow idles out during a failover test: a deletion would be wrong
@@ -75,7 +75,7 @@ class Pair:
         """Live shadows: name -> uid."""
         return {
             p["metadata"]["name"]: p["metadata"]["uid"]
-            for p in self.pods(keys.SHADOW_NAMESPACE, f"{keys.LABEL_ROLE}%3D{keys.ROLE_SHADOW}")
+            for p in self.pods(keys.DEFAULT_NAMESPACE, f"{keys.LABEL_ROLE}%3D{keys.ROLE_SHADOW}")
         }
 
     def running(self, names: list[str]) -> bool:
@@ -130,7 +130,9 @@ def _agent_b(c: Cluster, side: Path, proxy: CuttableProxy) -> AgentProcess:
 def _clean(c: Cluster) -> None:
     c.kubectl("delete", "pods", "-l", "gpushare-e2e=1", "--wait=true", "--timeout=60s", check=False)
     shadows = f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
-    c.kubectl("delete", "pods", "-n", keys.SHADOW_NAMESPACE, "-l", shadows, "--wait=true", "--timeout=60s", check=False)
+    c.kubectl(
+        "delete", "pods", "-n", keys.DEFAULT_NAMESPACE, "-l", shadows, "--wait=true", "--timeout=60s", check=False
+    )
 
 
 @pytest.fixture(scope="package")

@@ -15,7 +15,7 @@ WARM = {"warmShadows": 1, "shareSpecs": [4], "devShareSpecs": [2]}
 
 
 def shadows(s: Solo) -> list[dict[str, Any]]:
-    path = f"/api/v1/namespaces/{keys.SHADOW_NAMESPACE}/pods?labelSelector={keys.LABEL_ROLE}%3D{keys.ROLE_SHADOW}"
+    path = f"/api/v1/namespaces/{keys.DEFAULT_NAMESPACE}/pods?labelSelector={keys.LABEL_ROLE}%3D{keys.ROLE_SHADOW}"
     items: list[dict[str, Any]] = s.cluster.request("GET", path)["items"]
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
@@ -47,7 +47,7 @@ def test_the_pool_stands_ready_refills_after_use_and_shrinks_with_the_config(sol
     c.wait_for("the pool refilled", lambda: len(running(solo, keys.KIND_SHARE, 4)) == 2, 60)
     c.wait_for("its slots advertised", lambda: allocatable(solo, SHARE4) == "8", 60)
     owner = json.loads((c.pod("warm-user") or {})["metadata"]["annotations"][keys.ANNOTATION_SHADOW_OWNER])
-    assert list(owner) == [f"{keys.SHADOW_NAMESPACE}/{warm}"]  # it ran on the shadow that stood ready
+    assert list(owner) == [f"{keys.DEFAULT_NAMESPACE}/{warm}"]  # it ran on the shadow that stood ready
 
     # No warm pool any more: the idle shadows drain and go (idle timeout 3 s); the used one stays.
     solo.restart_with({**WARM, "warmShadows": 0})

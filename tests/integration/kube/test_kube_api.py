@@ -53,7 +53,9 @@ def test_shadow_manifest_is_accepted_and_reads_back_as_the_same_shadow(client: K
     stored = client.create_pod(manifest)
     assert stored is not None and stored["metadata"]["name"] == name and stored["metadata"]["uid"]
     assert client.create_pod(manifest) is None  # a repeated create meets AlreadyExists, not an error
-    pods, rv = client.list_pods(namespace=keys.SHADOW_NAMESPACE, label_selector=f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}")
+    pods, rv = client.list_pods(
+        namespace=keys.DEFAULT_NAMESPACE, label_selector=f"{keys.LABEL_ROLE}={keys.ROLE_SHADOW}"
+    )
     assert rv and [p["metadata"]["name"] for p in pods] == [name]
     snap = build_snapshot(pods, CFG)  # the model reads the API's camelCase JSON as is
     assert snap.problems == () and snap.shadows[0].key == KEY
@@ -148,7 +150,7 @@ def test_lease_one_leader_release_hands_over_and_expiry_takes_over(client: KubeC
     assert not b.is_leader()  # b's own view expired first (0.8 x duration): no two leaders
     now[0] += 0.2
     assert a.try_acquire_or_renew() and a.is_leader()
-    lease = client.get_lease(keys.SHADOW_NAMESPACE, a.name)
+    lease = client.get_lease(keys.DEFAULT_NAMESPACE, a.name)
     assert lease is not None and lease["spec"]["holderIdentity"] == "agent-a"
     assert lease["spec"]["leaseTransitions"] == 2
 

@@ -511,7 +511,7 @@ def measure(
     name = f"parts-{strategy}-{runtime.name}"
     pod = cri.run_pod(
         name,
-        keys.SHADOW_NAMESPACE,
+        keys.DEFAULT_NAMESPACE,
         labels={keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: "4", keys.LABEL_SHARE_KIND: keys.KIND_SHARE},
         annotations={f"{keys.POD_ANNOTATION_DEVICES_FROM_PREFIX}{TARGET}": EXCLUSIVE},
         runtime_handler=runtime.handler,
@@ -520,16 +520,16 @@ def measure(
     try:
         main = cri.run_container(pod, EXCLUSIVE, **allocation.container_kwargs())
         exclusive = _read(node, containerd, main)
-        started = _wait_started(recorder.shadow_devices, f"{keys.SHADOW_NAMESPACE}/{name}")
+        started = _wait_started(recorder.shadow_devices, f"{keys.DEFAULT_NAMESPACE}/{name}")
         probe = cri.exec_sync(main, hook_probe(node.container_lib_dir)).stdout
         view, cdi_devices = recorder.view(pod.id, EXCLUSIVE, driver_root=str(node.root.path), aliases=node.aliases())
         target, refusal = _try(node, containerd, lambda: cri.run_container(pod, TARGET))
 
-        vids = virtual_ids_of(keys.SHADOW_NAMESPACE, name, 4)[:1]
+        vids = virtual_ids_of(keys.DEFAULT_NAMESPACE, name, 4)[:1]
         sharer_pod = cri.run_pod(f"sharer-{strategy}-{runtime.name}", "team-a", runtime_handler=runtime.handler)
         others.append(sharer_pod.id)
         server.allocate("team-a", sharer_pod.name, "app", keys.share_resource(keys.KIND_SHARE, 4), vids)
-        sharer_from = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.SHADOW_NAMESPACE, name, vids, EXCLUSIVE)}
+        sharer_from = {keys.ANNOTATION_DEVICES_FROM: encode_devices_from(keys.DEFAULT_NAMESPACE, name, vids, EXCLUSIVE)}
         sharer, sharer_refusal = _try(
             node, containerd, lambda: cri.run_container(sharer_pod, "app", annotations=sharer_from)
         )

@@ -358,10 +358,12 @@ def test_the_agent_sees_whether_the_stack_gave_the_shadow_its_gpu(
     name = f"parts-{strategy}-{runtime}"
     cfg = Config(node_name=NODE, real_resources=(RESOURCE,))
     snapshot = snap([shadow(name, 4, resource=RESOURCE)], cfg)
-    rows = [row(f"{keys.SHADOW_NAMESPACE}/{name}", "main", RESOURCE, node.gpu_uuid)]
+    rows = [row(f"{keys.DEFAULT_NAMESPACE}/{name}", "main", RESOURCE, node.gpu_uuid)]
     mapping = MappingCache.rebuild(rows, snapshot.pods, cfg.real_resources)
-    sick = unhealthy_shadows(snapshot.shadows, mapping, {}, {f"{keys.SHADOW_NAMESPACE}/{name}": m.started_device_nodes})
-    assert (f"{keys.SHADOW_NAMESPACE}/{name}" in sick) == (not gets_gpu), sick
+    sick = unhealthy_shadows(
+        snapshot.shadows, mapping, {}, {f"{keys.DEFAULT_NAMESPACE}/{name}": m.started_device_nodes}
+    )
+    assert (f"{keys.DEFAULT_NAMESPACE}/{name}" in sick) == (not gets_gpu), sick
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -30,7 +30,7 @@ def test_the_synthetic_cluster_has_twenty_pods_per_node_and_every_role(nodes: in
     assert {p["spec"]["nodeName"] for p in node} == {"node-0000"}
     assert all(not p["spec"].get("nodeName") for p in pending)
     assert len(shadows) == len(snap.shadows) and all(
-        p["metadata"]["namespace"] == keys.SHADOW_NAMESPACE for p in shadows
+        p["metadata"]["namespace"] == keys.DEFAULT_NAMESPACE for p in shadows
     )
 
 

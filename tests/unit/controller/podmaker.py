@@ -91,7 +91,7 @@ def shadow(
         annotations[keys.ANNOTATION_SHADOW_USERS] = encode_users_annotation(users)
     return pod(
         name,
-        keys.SHADOW_NAMESPACE,
+        keys.DEFAULT_NAMESPACE,
         node=node,
         phase=phase,
         labels={keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: str(spec), keys.LABEL_SHARE_KIND: kind},

@@ -20,12 +20,12 @@ SHADOW_LABELS = {keys.LABEL_ROLE: keys.ROLE_SHADOW}
 @pytest.mark.parametrize(
     ("namespace", "labels", "expected"),
     [
-        (keys.SHADOW_NAMESPACE, SHADOW_LABELS, True),
+        (keys.DEFAULT_NAMESPACE, SHADOW_LABELS, True),
         # The label alone is what any tenant can write on its own pod.
         ("tenant", SHADOW_LABELS, False),
-        (keys.SHADOW_NAMESPACE, {}, False),
-        (keys.SHADOW_NAMESPACE, {keys.LABEL_ROLE: "Shadow"}, False),
-        (keys.SHADOW_NAMESPACE, {"example.com/role": keys.ROLE_SHADOW}, False),
+        (keys.DEFAULT_NAMESPACE, {}, False),
+        (keys.DEFAULT_NAMESPACE, {keys.LABEL_ROLE: "Shadow"}, False),
+        (keys.DEFAULT_NAMESPACE, {"example.com/role": keys.ROLE_SHADOW}, False),
     ],
 )
 def test_a_shadow_is_labelled_one_in_the_shadows_namespace(
@@ -123,15 +123,15 @@ def test_the_config_and_the_share_plugins_refuse_the_same_specs() -> None:
         with pytest.raises(ConfigError, match="between 2 and 64"):
             load_config(text=f"version: v1\nshareSpecs: [{n}]\n")
         with pytest.raises(InvalidShadow, match=r"outside 2\.\.64"):
-            check_shadows([ShadowSlots(keys.SHADOW_NAMESPACE, "s", n)], None)
+            check_shadows([ShadowSlots(keys.DEFAULT_NAMESPACE, "s", n)], None)
     load_config(text="version: v1\nshareSpecs: [2, 64]\n")
-    check_shadows([ShadowSlots(keys.SHADOW_NAMESPACE, "s", 64)], None)
+    check_shadows([ShadowSlots(keys.DEFAULT_NAMESPACE, "s", 64)], None)
 
 
 def test_the_agents_model_trusts_the_pods_the_rule_does() -> None:
     # The NRI plugin's side: tests/unit/nri_plugin/test_decide.py, the impostor in a tenant namespace.
     impostor = parse_pod(pod("fake-shadow", "tenant", labels=SHADOW_LABELS))
-    real = parse_pod(pod("shadow-a", keys.SHADOW_NAMESPACE, labels=SHADOW_LABELS))
+    real = parse_pod(pod("shadow-a", keys.DEFAULT_NAMESPACE, labels=SHADOW_LABELS))
     assert not is_shadow(impostor)
     assert is_shadow(real)
 

@@ -162,7 +162,7 @@ def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() ->
     started: list[tuple[str, str, int]] = []
     injector = Injector(load_config(None), on_shadow_started=lambda key, cid, pid: started.append((key, cid, pid)))
     shadow_pod = nri_pb2.PodSandbox(
-        id="s", name="shadow-0", namespace=keys.SHADOW_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
+        id="s", name="shadow-0", namespace=keys.DEFAULT_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
     )
     tenant = nri_pb2.PodSandbox(id="t", name="web", namespace="team", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
     injector.post_start_container(shadow_pod, nri_pb2.Container(id="c1", name=keys.SHADOW_CONTAINER, pid=41))
@@ -174,5 +174,5 @@ def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() ->
     running = nri_pb2.Container(id="c5", pod_sandbox_id="s", name="main", pid=44, state=nri_pb2.CONTAINER_RUNNING)
     stopped = nri_pb2.Container(id="c6", pod_sandbox_id="s", name="main", pid=45, state=nri_pb2.CONTAINER_STOPPED)
     injector.synchronize([shadow_pod], [running, stopped])
-    key = f"{keys.SHADOW_NAMESPACE}/shadow-0"
+    key = f"{keys.DEFAULT_NAMESPACE}/shadow-0"
     assert started == [(key, "c1", 41), (key, "c5", 44)]

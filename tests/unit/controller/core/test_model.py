@@ -52,7 +52,7 @@ def test_shadow_needs_its_namespace_and_label_a_tenant_cannot_pose_as_one() -> N
 def test_malformed_shadow_is_a_problem_not_a_shadow(
     labels: dict[str, str], requests: dict[str, int], needle: str
 ) -> None:
-    s = snap([pod("s", keys.SHADOW_NAMESPACE, labels=labels, requests=requests)])
+    s = snap([pod("s", keys.DEFAULT_NAMESPACE, labels=labels, requests=requests)])
     assert s.shadows == () and needle in s.problems[0]
 
 
@@ -71,7 +71,7 @@ def test_shadow_key_users_and_running() -> None:
 def test_share_spec_label_reads_as_int_reads_it(text: str, spec: int | None) -> None:
     # Common specs are looked up, the rest parsed: both read as int() of a short ASCII number.
     labels = {keys.LABEL_ROLE: keys.ROLE_SHADOW, keys.LABEL_SHARE_SPEC: text, keys.LABEL_SHARE_KIND: "share"}
-    s = snap([pod("s", keys.SHADOW_NAMESPACE, labels=labels, requests={"nvidia.com/gpu": 1})])
+    s = snap([pod("s", keys.DEFAULT_NAMESPACE, labels=labels, requests={"nvidia.com/gpu": 1})])
     assert [x.key.spec for x in s.shadows] == ([] if spec is None else [spec])
 
 

@@ -44,8 +44,8 @@ def cluster(zones: int) -> list[dict[str, Any]]:
         key = ShareKey(Pool("nvidia.com/gpu", (("zone", f"z{z}"),)), keys.KIND_SHARE, 4)
         for i in range(2):
             name = shadow_name(key, i)
-            users = {f"t/b{z}-{i}/app": [f"{keys.SHADOW_NAMESPACE}/{name}-0"]}
-            record = encode_owner_annotation({f"{keys.SHADOW_NAMESPACE}/{name}": "u"})
+            users = {f"t/b{z}-{i}/app": [f"{keys.DEFAULT_NAMESPACE}/{name}-0"]}
+            record = encode_owner_annotation({f"{keys.DEFAULT_NAMESPACE}/{name}": "u"})
             pods.append(shadow(name, 4, node=f"node-{z}", selector=selector, users=users))
             pods.append(sharer(f"b{z}-{i}", 4, ns="t", node=f"node-{z}", phase="Running", selector=selector,
                                annotations={keys.ANNOTATION_SHADOW_OWNER: record}))  # fmt: skip
@@ -79,7 +79,7 @@ def leader_pass(zones: int, memo: SnapshotMemo | None = None) -> Callable[[], ob
     pods = cluster(zones)
     node = [p for p in pods if p["spec"].get("node_name") == "node-0"]
     pending = [p for p in pods if not p["spec"].get("node_name") and p["status"]["phase"] == "Pending"]
-    shadows = [p for p in pods if p["metadata"]["namespace"] == keys.SHADOW_NAMESPACE]
+    shadows = [p for p in pods if p["metadata"]["namespace"] == keys.DEFAULT_NAMESPACE]
     return lambda: plan_cluster(CFG, _no_api(), (node, pending, shadows), {}, 0.0, memo=memo)
 
 
