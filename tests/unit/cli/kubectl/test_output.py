@@ -89,7 +89,7 @@ def test_kubeconfig_like_kubectl(tmp_path: Path) -> None:
 def test_bad_output_and_missing_kubeconfig_are_refused_by_name(tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["status", "-o", "xml"])
-    assert res.exit_code == 2 and "-o 'xml'" in res.output
+    assert res.exit_code == 2 and "Invalid value for -o: 'xml'" in res.output
     res = runner.invoke(app, ["who", "--kubeconfig", str(tmp_path / "none")], env={"KUBERNETES_SERVICE_HOST": ""})
     assert res.exit_code == 1 and "no kubeconfig found" in res.output
 
@@ -97,8 +97,8 @@ def test_bad_output_and_missing_kubeconfig_are_refused_by_name(tmp_path: Path) -
 def test_who_targets_name_their_kind_or_are_looked_up() -> None:
     from cli.kubectl.plugin import _split_target  # noqa: PLC0415 - a private helper, tested alone
 
-    assert _split_target("pod/web-0", "team") == ("pod", "team/web-0")
-    assert _split_target("pod/other/web-0", "team") == ("pod", "other/web-0")
-    assert _split_target("gpu/GPU-0a1b", "team") == ("gpu", "GPU-0a1b")
-    assert _split_target("web-0", "team") == ("", "web-0")
-    assert _split_target("team/web-0", "x") == ("", "team/web-0")
+    assert _split_target("pod/web-0") == ("pod", "web-0")  # then found in -n's namespace (find_pod)
+    assert _split_target("pod/other/web-0") == ("pod", "other/web-0")
+    assert _split_target("gpu/GPU-0a1b") == ("gpu", "GPU-0a1b")
+    assert _split_target("web-0") == ("", "web-0")
+    assert _split_target("team/web-0") == ("", "team/web-0")
