@@ -10,3 +10,13 @@ tmux-deps:
 	fi
 
 DEPS += tmux-deps
+
+# `kubectl gpushare` for operators' machines, apart from the agent (docs/kubectl-gpushare.md): the
+# pure-Python wheel `kubectl-gpushare`, and per platform a zipapp, its krew archive and the krew
+# manifest, all in build/kubectl-dist. pip downloads the plugin's dependencies from PyPI for each
+# platform and CPython. KUBECTL_DIST_ARGS passes more, e.g. --base-url (where the archives will be
+# published, which the manifest names), --homepage, --platform linux/amd64, --python 3.12.
+KUBECTL_DIST_ARGS ?=
+.PHONY: kubectl-plugin-dist
+kubectl-plugin-dist: venv
+	$(PY) hack/kubectl_dist.py $(KUBECTL_DIST_ARGS)

@@ -151,6 +151,7 @@ LANES = {
     "property": "mixed",
     "containerd": "mixed",
     "failover": "mixed",
+    "kubectl_dist": "mixed",
     "scale": "mixed",
     "spot": "mixed",
     "kernel": "guests",
