@@ -69,7 +69,8 @@ def pip_platforms(platform: str) -> list[str]:
         machine = {"amd64": "x86_64", "arm64": "aarch64"}[arch]
         return [*(f"manylinux_2_{y}_{machine}" for y in range(28, 16, -1)), f"manylinux2014_{machine}"]
     if os_name == "darwin":
-        return {"amd64": ["macosx_10_12_x86_64"], "arm64": ["macosx_11_0_arm64"]}[arch]
+        # macOS 12 and newer: some dependencies ship no older Intel wheels for the newest CPythons.
+        return {"amd64": ["macosx_12_0_x86_64"], "arm64": ["macosx_12_0_arm64"]}[arch]
     raise ValueError(f"--platform {platform!r}: use one of {', '.join(PLATFORMS)}")
 
 
@@ -319,7 +320,12 @@ def install_for(wheel: Path, target: Path, platform: str, python: str) -> None:
     cmd += ["--python-version", python, "--abi", abi]
     for tag in pip_platforms(platform):
         cmd += ["--platform", tag]
-    subprocess.run([*cmd, str(wheel)], check=True)
+    res = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(
+            f"kubectl_dist: pip found no binary wheels for CPython {python} on {platform} (leave that --python or"
+            f" --platform out):\n{res.stderr.strip()}"
+        )
 
 
 def _files(top: Path) -> dict[str, bytes]:

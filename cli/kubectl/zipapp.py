@@ -62,9 +62,12 @@ def problem(bundle: Mapping[str, Any], tag: str, here: str) -> str:
     """Why this archive cannot run on this Python and machine ("" when it can)."""
     abis = [str(a) for a in bundle.get("abis") or ()]
     if bundle.get("platform") != here:
-        return f"this archive is built for {bundle.get('platform')}, and this machine is {here}"
+        return f"this archive is built for {bundle.get('platform')}, and this machine is {here}: use the one for {here}"
     if tag not in abis:
-        return f"this archive carries compiled modules for {', '.join(abis)}, and {sys.executable} is {tag}"
+        return (
+            f"this archive carries compiled modules for {', '.join(abis)}, and {sys.executable} is {tag}: run it"
+            " with one of those as python3, or install the kubectl-gpushare wheel with pip"
+        )
     return ""
 
 
@@ -98,10 +101,7 @@ def main() -> None:
     tag = abi_tag((sys.version_info.major, sys.version_info.minor))
     why = problem(bundle, tag, this_platform(platform.system(), platform.machine()))
     if why:
-        sys.stderr.write(
-            f"kubectl-gpushare: {why}. Use the archive built for this machine, or install the plugin with pip:"
-            " pip install kubectl-gpushare\n"
-        )
+        sys.stderr.write(f"kubectl-gpushare: {why}\n")
         raise SystemExit(1)
     try:
         site = unpack(archive, bundle, tag, cache_root(os.environ, Path.home()))
