@@ -59,6 +59,7 @@ ZIPAPP_MAIN = ROOT / "cli" / "kubectl" / "zipapp.py"
 PLATFORMS = ("linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64")
 PYTHONS = ("3.11", "3.12", "3.13")
 SHEBANG = b"#!/usr/bin/env python3\n"
+LICENSE = "LICENSE"
 
 
 def pip_platforms(platform: str) -> list[str]:
@@ -260,6 +261,8 @@ def stage(c: Closure, where: Path, root: Path = ROOT) -> Path:
     packages = sorted(m for m, p in c.modules.items() if p.name == "__init__.py")
     entry_points = "\n".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in scripts(root).items())
     (where / "README.md").write_text((root / "docs" / "kubectl-gpushare.md").read_text())
+    if (root / LICENSE).is_file():
+        shutil.copy2(root / LICENSE, where / LICENSE)
     (where / "pyproject.toml").write_text(
         f"""[build-system]
 requires = ["setuptools>=77"]
@@ -384,17 +387,26 @@ def build_zipapp(wheel: Path, out: Path, platform: str, pythons: Sequence[str], 
     return write_zipapp(members, bundle, out / f"{DIST_NAME}-v{ver}-{os_name}-{arch}.pyz", source_date_epoch(root))
 
 
-def krew_archive(pyz: Path, epoch: int) -> Path:
-    """The zipapp as krew downloads it: a .tar.gz holding the executable ``kubectl-gpushare``."""
+def krew_archive(pyz: Path, epoch: int, license_file: Path | None = None) -> Path:
+    """The zipapp as krew downloads it: a .tar.gz holding the executable ``kubectl-gpushare``, and
+    the project's LICENSE beside it when there is one (krew's index asks plugins to ship theirs)."""
     target = pyz.with_suffix(".tar.gz")
-    data = pyz.read_bytes()
+    members = [(DIST_NAME, pyz.read_bytes(), 0o755)]
+    if license_file is not None and license_file.is_file():
+        members.append((LICENSE, license_file.read_bytes(), 0o644))
     raw = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
-        info = tarfile.TarInfo(DIST_NAME)
-        info.size, info.mode, info.mtime = len(data), 0o755, epoch
-        tar.addfile(info, io.BytesIO(data))
+        for name, data, mode in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, epoch
+            tar.addfile(info, io.BytesIO(data))
     target.write_bytes(raw.getvalue())
     return target
+
+
+def archive_files(archive: Path) -> list[str]:
+    with tarfile.open(archive) as tar:
+        return tar.getnames()
 
 
 def sha256(path: Path) -> str:
@@ -418,7 +430,7 @@ def manifest(
                 "uri": f"{base_url.rstrip('/')}/{archive.name}",
                 "sha256": sha256(archive),
                 "bin": DIST_NAME,
-                "files": [{"from": DIST_NAME, "to": "."}],
+                "files": [{"from": name, "to": "."} for name in archive_files(archive)],
             }
         )
     spec: dict[str, Any] = {"version": f"v{ver}"}
@@ -482,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     archives = {}
     for platform in args.platform or PLATFORMS:
         pyz = build_zipapp(wheel, out, platform, pythons)
-        archives[platform] = krew_archive(pyz, epoch)
+        archives[platform] = krew_archive(pyz, epoch, ROOT / LICENSE)
         print(f"{pyz.name}  {pyz.stat().st_size} bytes; {archives[platform].name}  {sha256(archives[platform])}")
     doc = manifest(archives, version(), args.base_url or out.as_uri(), pythons, args.homepage)
     (out / f"{PLUGIN_NAME}.yaml").write_text(manifest_text(doc))

@@ -138,8 +138,11 @@ def test_the_krew_manifest_names_the_archive_it_was_built_with(built: Built, tmp
     assert p["selector"] == {"matchLabels": {"os": os_name, "arch": arch}}
     assert p["uri"] == f"{BASE_URL}/{built.archive.name}" and built.archive.name.endswith(".tar.gz")
     assert p["sha256"] == hashlib.sha256(built.archive.read_bytes()).hexdigest()
+    licence = [("LICENSE", 0o644)] if (REPO / "LICENSE").is_file() else []
     with tarfile.open(built.archive) as tar:
-        assert [(m.name, m.mode) for m in tar.getmembers()] == [(p["bin"], 0o755)]
+        assert [(m.name, m.mode) for m in tar.getmembers()] == [(p["bin"], 0o755), *licence]
         tar.extractall(tmp_path, filter="data")
-    assert p["files"] == [{"from": p["bin"], "to": "."}]
+    assert p["files"] == [{"from": name, "to": "."} for name, _ in [(p["bin"], 0), *licence]]
     assert (tmp_path / p["bin"]).read_bytes() == built.pyz.read_bytes()
+    if licence:
+        assert (tmp_path / "LICENSE").read_bytes() == (REPO / "LICENSE").read_bytes()

@@ -211,10 +211,23 @@ def test_the_krew_archive_and_manifest(tmp_path: Path) -> None:
         assert (member.name, member.mode, member.isfile()) == ("kubectl-gpushare", 0o755, True)
         assert tar.extractfile(member).read() == pyz.read_bytes()  # type: ignore[union-attr]
     assert dist.krew_archive(pyz, 1_700_000_000).read_bytes() == archive.read_bytes()
+    licence = tmp_path / "LICENSE"
+    licence.write_text("Apache License\n")
+    arm = tmp_path / "kubectl-gpushare-v0.1.0-linux-arm64.pyz"
+    arm.write_bytes(pyz.read_bytes())
+    with_licence = dist.krew_archive(arm, 1_700_000_000, licence)
+    with tarfile.open(with_licence) as tar:
+        assert [(m.name, m.mode) for m in tar.getmembers()] == [("kubectl-gpushare", 0o755), ("LICENSE", 0o644)]
+    two = dist.manifest({"linux/arm64": with_licence}, "0.1.0", "https://example.org/r", ["3.11"])
+    assert two["spec"]["platforms"][0]["files"] == [
+        {"from": "kubectl-gpushare", "to": "."},
+        {"from": "LICENSE", "to": "."},
+    ]
     doc = dist.manifest({"linux/amd64": archive}, "0.1.0", "https://example.org/r/", ["3.11", "3.12"])
     assert dist.yaml.safe_load(io.StringIO(dist.manifest_text(doc))) == doc
     (platform,) = doc["spec"]["platforms"]
     assert platform["uri"] == "https://example.org/r/kubectl-gpushare-v0.1.0-linux-amd64.tar.gz"
     assert platform["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
     assert platform["selector"] == {"matchLabels": {"os": "linux", "arch": "amd64"}}
+    assert platform["files"] == [{"from": "kubectl-gpushare", "to": "."}] and platform["bin"] == "kubectl-gpushare"
     assert "3.11 or 3.12" in doc["spec"]["caveats"]
