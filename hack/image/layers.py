@@ -39,6 +39,7 @@ SOURCE_ROOTS = (
     "pyproject.toml",
     "setup.py",
     "README.md",
+    "LICENSE",  # setuptools puts it in the wheel's dist-info, so the image carries it
     "cffi_build",
     "gpushare",
     "nri_plugin",

@@ -26,3 +26,12 @@ def test_every_shipped_package_goes_into_the_image() -> None:
     roots = set(_layers().SOURCE_ROOTS)  # type: ignore[attr-defined]
     assert shipped, "pyproject lists no packages: the check would pass on nothing"
     assert shipped <= roots, f"packages missing from hack/image/layers.py SOURCE_ROOTS: {sorted(shipped - roots)}"
+
+
+def test_the_licence_goes_into_the_wheel_and_so_into_the_image() -> None:
+    licence = (REPO / "LICENSE").read_text()
+    assert licence.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    assert "END OF TERMS AND CONDITIONS" in licence and "Copyright 2026 The gpushare Authors" in licence
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == {"text": "Apache-2.0"}
+    # setuptools takes LICEN[CS]E* into the dist-info by default; the image's wheel is built from SOURCE_ROOTS.
+    assert "LICENSE" in _layers().SOURCE_ROOTS  # type: ignore[attr-defined]
