@@ -7,6 +7,9 @@ Three gzip layers (layers.py: Debian base, Python dependencies, gpushare), each 
 `$GPUSHARE_CACHE/image/layers` by a hash of its inputs. A rebuild with unchanged inputs reuses
 the archive and takes about a second. The base layer is keyed on its package list, not on the
 Debian archive: `--rebuild` fetches security updates.
+
+Each archive comes with its SBOM (sbom.py: SPDX 2.3 JSON of every Debian package and Python
+distribution in the image), written next to it and attached inside it as an OCI referrer.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from layers import FLAVOURS, MIB, Builder, BuildError, Flavour, cache_root, hash_parts, project_version, run
+import sbom
+from layers import FLAVOURS, HERE, MIB, Builder, BuildError, Flavour, cache_root, hash_parts, project_version, run
 
 from localcluster import oci  # the layers module put the repository root on the path
 
@@ -33,6 +37,9 @@ class Result:
     archive: Path
     layers: list[tuple[str, oci.Layer]]
     reused: bool
+    sbom: Path
+    debs: int
+    dists: int
 
     @property
     def uncompressed(self) -> int:
@@ -61,13 +68,41 @@ def build(flavour: Flavour, repository: str, cache: Path, rebuild: bool) -> Resu
     )
     history = [f"{kind} layer {layer.diff_id}" for kind, layer in layers]
     archive = builder.cache / f"{repository.replace('/', '-')}-{version}.oci.tar"
+    sbom_path = sbom_path_of(archive)
     key_file = archive.with_name(archive.name + ".key")
-    key = hash_parts(name, json.dumps(config.document([x for _, x in layers], history), sort_keys=True))
-    reused = archive.is_file() and key_file.is_file() and key_file.read_text().strip() == key
+    document = json.dumps(config.document([x for _, x in layers], history), sort_keys=True)
+    key = hash_parts(name, document, (HERE / "sbom.py").read_bytes())
+    reused = archive.is_file() and sbom_path.is_file() and key_file.is_file() and key_file.read_text().strip() == key
     if not reused:
-        oci.write_archive(archive, name, [x for _, x in layers], config, history)
+        key_file.unlink(missing_ok=True)  # a build that stops half way is never taken for a whole one
+        digest = oci.write_archive(archive, name, [x for _, x in layers], config, history)
+        _write_sbom(archive, sbom_path, sbom.ImageRef(name, version, digest, "amd64"), [x for _, x in layers])
         key_file.write_text(key + "\n")
-    return Result(name, archive, layers, reused)
+    doc = json.loads(sbom_path.read_text())
+    purls = [ref["referenceLocator"] for p in doc["packages"] for ref in p.get("externalRefs", [])]
+    debs = sum(p.startswith("pkg:deb/") for p in purls)
+    dists = sum(p.startswith("pkg:pypi/") for p in purls)
+    return Result(name, archive, layers, reused, sbom_path, debs, dists)
+
+
+def sbom_path_of(archive: Path) -> Path:
+    """`gpushare-agent-0.1.0.oci.tar` -> `gpushare-agent-0.1.0.spdx.json`, beside it."""
+    return archive.with_name(archive.name.removesuffix(".oci.tar") + ".spdx.json")
+
+
+def _write_sbom(archive: Path, path: Path, image: sbom.ImageRef, layers: list[oci.Layer]) -> None:
+    """The image's SBOM from its layers as built: beside the archive, and attached inside it."""
+    try:
+        contents = sbom.contents_of(sbom.layer_files(layer.path for layer in layers))
+    except sbom.SbomError as exc:
+        raise BuildError(f"SBOM of {image.name}: {exc}") from exc
+    created = sbom.created_time(os.environ)
+    document = sbom.spdx_document(image, contents, created, f"gpushare-image-build-{image.version}")
+    raw = (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(raw)
+    tmp.replace(path)
+    sbom.attach(archive, raw, created, oci.EPOCH)
 
 
 def _qualified(repository: str) -> str:
@@ -167,6 +202,7 @@ def _report(result: Result, took: float) -> None:
     print(f"image:      {result.name}")
     print(f"archive:    {result.archive} ({result.archive.stat().st_size / MIB:.1f} MiB)")
     print(f"size:       {result.uncompressed / MIB:.1f} MiB uncompressed (layers in MiB: {parts})")
+    print(f"sbom:       {result.sbom} ({result.debs} Debian packages, {result.dists} Python distributions)")
     print(f"build time: {took:.1f} s{' (unchanged: archive reused)' if result.reused else ''}")
 
 
