@@ -151,6 +151,7 @@ LANES = {
     "property": "mixed",
     "containerd": "mixed",
     "failover": "mixed",
+    "lowest_deps": "mixed",  # the unit and property tiers again, at the floors: after them, on the same cores
     "kubectl_dist": "mixed",
     "scale": "mixed",
     "spot": "mixed",

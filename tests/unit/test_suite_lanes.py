@@ -29,3 +29,4 @@ def test_a_test_id_runs_in_its_tiers_lane() -> None:
     assert lane_of("tests/unit/cli/doctor/test_probes.py::test_decode_allocatable") == "mixed"
     assert lane_of("tests/property/test_share_solver.py::test_y") == "mixed"
     assert lane_of("tests/integration/nvidia/test_cdi_generate.py::test_z") == "guests"
+    assert lane_of("tests/integration/lowest_deps/test_lowest_deps.py::test_w") == "mixed"

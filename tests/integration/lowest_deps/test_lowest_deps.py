@@ -1,0 +1,44 @@
+"""The lowest-versions lane: every direct dependency at exactly the floor pyproject.toml declares,
+in a fresh virtualenv, with gpushare built by its build floors, and the unit and property tiers
+pass there (hack/lowest_deps.py; `make test-lowest` runs the same lane on its own).
+
+It needs the package index, or pip's cache holding every floor: without either it fails rather
+than skips, since a floor nobody can install is exactly what it is here to catch."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _lane() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lowest_deps", REPO / "hack" / "lowest_deps.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("lowest_deps", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The install, the wheel build and the two tiers at -n 2: a few minutes while `make test`'s other
+# lanes load the machine, more than the suite's default 600 s per test would allow on a slow day.
+@pytest.mark.timeout(1800)
+def test_the_unit_and_property_tiers_pass_at_the_declared_floors(request: pytest.FixtureRequest) -> None:
+    lane = _lane()
+    try:
+        result = lane.run_lane(workers=2)
+    except (lane.LaneError, lane.FloorError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    # The tiers ran, in earnest: a collection that found nothing would also exit 0.
+    assert result.counts.get("passed", 0) > 1000 and not result.counts.get("failed"), result.counts
+    assert {p.name for p in result.pins} >= {"grpcio", "protobuf", "kubernetes", "typer", "pytest", "hypothesis"}
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in result.seconds.items())
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nlowest-deps lane: {result.total:.0f} s ({steps}); {result.counts}")
