@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.kubectl import complete
-from cli.kubectl.plugin import ClusterNames, app, find_pod, plugin_version
+from cli.kubectl.plugin import app, find_pod, plugin_version
+from cli.kubectl.source import ClusterNames
 
 REPO = Path(__file__).resolve().parents[4]
 # No kubeconfig anywhere: a command that got as far as connecting would exit 1 saying so.

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from cli.kubectl import output as out
 from cli.kubectl.explain import Explanation
-from cli.kubectl.plugin import app, context_namespace, kubeconfig_paths
+from cli.kubectl.plugin import app
+from cli.kubectl.source import context_namespace, kubeconfig_paths
 from cli.kubectl.view import GpuUse, NodeRow
 
 
