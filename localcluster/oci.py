@@ -202,10 +202,11 @@ class ImageConfig:
     env: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     working_dir: str = "/"
+    architecture: str = "amd64"  # OCI's (GOARCH's) name: amd64, arm64
 
     def document(self, layers: list[Layer], history: list[str]) -> dict[str, object]:
         return {
-            "architecture": "amd64",
+            "architecture": self.architecture,
             "os": "linux",
             "config": {
                 "Entrypoint": self.entrypoint,
@@ -266,7 +267,7 @@ def write_archive(dest: Path, name: str, layers: list[Layer], config: ImageConfi
                     "mediaType": MEDIA_MANIFEST,
                     "digest": _add_blob(tar, manifest_raw),
                     "size": len(manifest_raw),
-                    "platform": {"architecture": "amd64", "os": "linux"},
+                    "platform": {"architecture": config.architecture, "os": "linux"},
                     "annotations": {
                         "io.containerd.image.name": name,
                         "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],

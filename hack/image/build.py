@@ -2,14 +2,17 @@
 
     python hack/image/build.py agent [--containerd-socket SOCK]   # `make image`
     python hack/image/build.py kmod  [--containerd-socket SOCK]   # `make image-kmod`
+    python hack/image/build.py agent --arch arm64                  # `make image-arm64`
 
 Three gzip layers (layers.py: Debian base, Python dependencies, gpushare), each cached under
 `$GPUSHARE_CACHE/image/layers` by a hash of its inputs. A rebuild with unchanged inputs reuses
 the archive and takes about a second. The base layer is keyed on its package list, not on the
 Debian archive: `--rebuild` fetches security updates.
 
-Each archive comes with its SBOM (sbom.py: SPDX 2.3 JSON of every Debian package and Python
-distribution in the image), written next to it and attached inside it as an OCI referrer.
+Every archive written is checked to be of its architecture (arch.py: the config, the index and
+every ELF file of every layer). Each archive comes with its SBOM (sbom.py: SPDX 2.3 JSON of every
+Debian package and Python distribution in the image), written next to it and attached inside it
+as an OCI referrer.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sbom
+from arch import ARCHES, Arch, archive_problems
 from layers import FLAVOURS, HERE, MIB, Builder, BuildError, Flavour, cache_root, hash_parts, project_version, run
 
 from localcluster import oci  # the layers module put the repository root on the path
@@ -46,10 +50,10 @@ class Result:
         return sum(layer.uncompressed for _, layer in self.layers)
 
 
-def build(flavour: Flavour, repository: str, cache: Path, rebuild: bool) -> Result:
+def build(flavour: Flavour, repository: str, cache: Path, rebuild: bool, arch: Arch = ARCHES["amd64"]) -> Result:
     version = project_version()
     name = f"{_qualified(repository)}:{version}"
-    builder = Builder(flavour, cache, rebuild)
+    builder = Builder(flavour, cache, rebuild, arch)
     layers = [("base", builder.base()), ("deps", builder.deps()), ("gpushare", builder.app())]
     config = oci.ImageConfig(
         entrypoint=["gpushare"],
@@ -65,9 +69,11 @@ def build(flavour: Flavour, repository: str, cache: Path, rebuild: bool) -> Resu
             "org.opencontainers.image.version": version,
             "org.opencontainers.image.licenses": "Apache-2.0",
         },
+        architecture=arch.name,
     )
     history = [f"{kind} layer {layer.diff_id}" for kind, layer in layers]
-    archive = builder.cache / f"{repository.replace('/', '-')}-{version}.oci.tar"
+    suffix = "" if arch.native else f"-{arch.name}"
+    archive = builder.cache / f"{repository.replace('/', '-')}-{version}{suffix}.oci.tar"
     sbom_path = sbom_path_of(archive)
     key_file = archive.with_name(archive.name + ".key")
     document = json.dumps(config.document([x for _, x in layers], history), sort_keys=True)
@@ -76,7 +82,11 @@ def build(flavour: Flavour, repository: str, cache: Path, rebuild: bool) -> Resu
     if not reused:
         key_file.unlink(missing_ok=True)  # a build that stops half way is never taken for a whole one
         digest = oci.write_archive(archive, name, [x for _, x in layers], config, history)
-        _write_sbom(archive, sbom_path, sbom.ImageRef(name, version, digest, "amd64"), [x for _, x in layers])
+        problems, _ = archive_problems(archive, arch)
+        if problems:
+            shown = "\n  ".join(problems[:20])
+            raise BuildError(f"{archive} is not a clean {arch.name} image ({len(problems)} problems):\n  {shown}")
+        _write_sbom(archive, sbom_path, sbom.ImageRef(name, version, digest, arch.name), [x for _, x in layers])
         key_file.write_text(key + "\n")
     doc = json.loads(sbom_path.read_text())
     purls = [ref["referenceLocator"] for p in doc["packages"] for ref in p.get("externalRefs", [])]
@@ -158,6 +168,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ctr", default=os.environ.get("CTR"), help="ctr binary (default: PATH, then the cache's)")
     p.add_argument("--rebuild", action="store_true", help="ignore cached layers (fetches Debian security updates)")
     p.add_argument("--max-mib", type=float, default=0.0, help="fail when the unpacked image is larger (0: no limit)")
+    p.add_argument(
+        "--arch",
+        choices=sorted(ARCHES),
+        default="amd64",
+        help="CPU architecture; arm64 is emulated (`make image-deps-arm64`) and written as <name>-arm64.oci.tar",
+    )
     return p.parse_args(argv)
 
 
@@ -174,14 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     lock = (cache / "image" / ".lock").open("w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        result = build(flavour, args.repository or flavour.repository, cache, args.rebuild)
+        arch = ARCHES[args.arch]
+        sockets = args.containerd_socket or []
+        if sockets and not arch.native:
+            raise BuildError(
+                f"an {arch.name} image does not run on this machine's containerd: import it on an {arch.name} node"
+            )
+        result = build(flavour, args.repository or flavour.repository, cache, args.rebuild, arch)
         took = time.monotonic() - started
         _report(result, took)
         if args.max_mib and result.uncompressed > args.max_mib * MIB:
             print(f"image: {result.uncompressed / MIB:.1f} MiB is over the {args.max_mib:.0f} MiB budget")
             return 1
         env_socket = os.environ.get("CONTAINERD_ADDRESS")
-        for sock in args.containerd_socket or ([env_socket] if env_socket else []):
+        for sock in sockets or ([env_socket] if env_socket and arch.native else []):
             if not _listening(sock):
                 if args.only_if_running:
                     print(f"imported:   nothing: no containerd answers at {sock}")

@@ -5,6 +5,10 @@
 - deps: the project's dependencies from PyPI, pinned to the versions in the virtualenv the
   tests ran against, installed for Debian's python3.11 under /usr/local;
 - gpushare: the project's wheel, built from a clean copy of its sources.
+
+For another architecture than the builder's (arch.py: arm64), mmdebstrap installs that
+architecture's packages under qemu-user-static, pip takes PyPI's wheels for it, and the wheel's
+cffi extension is compiled under emulation in a Debian build root of that architecture.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-# The repository root, so the one OCI writer and the cache location come from localcluster.
+# The repository root, so the one OCI writer and the cache location come from localcluster; and
+# this folder, for arch.py when this module is loaded by path (the unit tests) rather than by build.py.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from arch import ARCHES, Arch
+
 from localcluster import oci
 from localcluster.paths import cache_dir
 
@@ -77,7 +85,7 @@ BASE_DROP = (
     "*/__pycache__",
     "*/__pycache__/*",
     "*.pyc",
-    "usr/lib/x86_64-linux-gnu/gconv/*",
+    "usr/lib/{multiarch}/gconv/*",
     "usr/lib/python3.11/test/*",
 )
 # Dropped from the Python layers: console scripts (their shebang is the builder's interpreter),
@@ -102,6 +110,10 @@ from cli.main import main
 
 sys.exit(main())
 """
+
+
+# Debian packages of the build root a foreign architecture's wheel is compiled in (under emulation).
+BUILD_ROOT_PACKAGES = ("python3-dev", "python3-pip", "gcc", "libc6-dev")
 
 
 class BuildError(RuntimeError):
@@ -145,9 +157,13 @@ def hash_parts(*parts: bytes | str) -> str:
     return h.hexdigest()[:20]
 
 
+def base_drop(arch: Arch) -> tuple[str, ...]:
+    return tuple(p.format(multiarch=arch.multiarch) for p in BASE_DROP)
+
+
 def _script_hash() -> str:
     """Any change to the builder itself rebuilds every layer."""
-    sources = [HERE / "build.py", HERE / "layers.py", REPO / "localcluster" / "oci.py"]
+    sources = [HERE / "build.py", HERE / "layers.py", HERE / "arch.py", REPO / "localcluster" / "oci.py"]
     return hash_parts(*(path.read_bytes() for path in sources))
 
 
@@ -205,8 +221,9 @@ def venv_constraints() -> str:
 class Builder:
     """Builds (or reuses) the layers of one flavour."""
 
-    def __init__(self, flavour: Flavour, cache: Path, rebuild: bool) -> None:
+    def __init__(self, flavour: Flavour, cache: Path, rebuild: bool, arch: Arch = ARCHES["amd64"]) -> None:
         self.flavour = flavour
+        self.arch = arch
         self.cache = cache / "image"
         self.layers_dir = self.cache / "layers"
         self.rebuild = rebuild
@@ -215,6 +232,7 @@ class Builder:
 
     def _layer(self, kind: str, key: str, fill: Callable[[oci.LayerWriter, Path], None]) -> oci.Layer:
         """The cached layer `kind-key`, or a new one made by `fill(writer, scratch dir)`."""
+        kind = kind if self.arch.native else f"{kind}-{self.arch.name}"
         blob, meta = self.layers_dir / f"{kind}-{key}.tar.gz", self.layers_dir / f"{kind}-{key}.json"
         cached = None if self.rebuild else oci.Layer.load(blob, meta)
         if cached is not None:
@@ -224,7 +242,9 @@ class Builder:
         with tempfile.TemporaryDirectory(dir=self.cache, prefix="build-") as scratch:
             layer = oci.write_layer(blob, lambda w: fill(w, Path(scratch)))
         layer.save_meta(meta)
-        for old in self.layers_dir.glob(f"{kind}-*"):  # earlier builds of this layer: never used again
+        # Earlier builds of this layer (never used again); the key's 20 hex digits keep another
+        # architecture's `kind-arm64-...` out of the pattern.
+        for old in self.layers_dir.glob(f"{kind}-{'[0-9a-f]' * 20}.*"):
             if old not in (blob, meta):
                 old.unlink()
         print(f"image: layer {kind}: {layer.uncompressed / MIB:.1f} MiB in {time.monotonic() - started:.0f} s")
@@ -232,7 +252,8 @@ class Builder:
 
     def base(self) -> oci.Layer:
         packages = package_list(self.flavour.packages)
-        key = hash_parts(self.script, SUITE, *sources_lines(), *packages, *DPKG_EXCLUDES, *BASE_DROP)
+        drop = base_drop(self.arch)
+        key = hash_parts(self.script, self.arch.name, SUITE, *sources_lines(), *packages, *DPKG_EXCLUDES, *drop)
         kind = f"base-{self.flavour.packages.stem}"
         return self._layer(kind, key, lambda w, tmp: self._fill_base(w, tmp, packages))
 
@@ -243,6 +264,7 @@ class Builder:
         cmd = [
             "mmdebstrap",
             "--variant=essential",
+            f"--architectures={self.arch.name}",
             f"--include={','.join(packages)}",
             # merged /usr by symlinks, as debootstrap does: the usrmerge package would pull in perl (50 MiB).
             "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
@@ -251,30 +273,31 @@ class Builder:
             str(rootfs),
             *sources_lines(),
         ]
-        print("image: mmdebstrap of Debian bookworm (about 1-2 min) ...", flush=True)
-        run(cmd, "mmdebstrap", log=self.cache / f"mmdebstrap-{self.flavour.packages.stem}.log")
-        writer.add_rootfs_tar(rootfs, _dropper(BASE_DROP))
+        took = "about 1-2 min" if self.arch.native else "about 1-3 min, emulated"
+        print(f"image: mmdebstrap of Debian bookworm for {self.arch.name} ({took}) ...", flush=True)
+        run(cmd, "mmdebstrap", log=self.cache / f"mmdebstrap-{self.flavour.packages.stem}-{self.arch.name}.log")
+        writer.add_rootfs_tar(rootfs, _dropper(base_drop(self.arch)))
 
     def deps(self) -> oci.Layer:
         project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
         requirements = [str(r) for r in project["dependencies"]]
         constraints = venv_constraints()
-        key = hash_parts(self.script, *requirements, constraints, *PY_DROP)
+        key = hash_parts(self.script, self.arch.name, *requirements, constraints, *PY_DROP)
         return self._layer("deps", key, lambda w, tmp: self._fill_deps(w, tmp, requirements, constraints))
 
     def _fill_deps(self, writer: oci.LayerWriter, tmp: Path, requirements: list[str], constraints: str) -> None:
         (tmp / "constraints.txt").write_text(constraints)
         target = tmp / "site"
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--only-binary=:all:"]
-        cmd = [*pip, "--target", str(target), "--constraint", str(tmp / "constraints.txt"), *requirements]
-        run(cmd, "pip install of the dependencies (PyPI)")
-        _strip_debug(target)
+        cmd = [*pip, *self._wheel_platform(), "--target", str(target), "--constraint", str(tmp / "constraints.txt")]
+        run([*cmd, *requirements], f"pip install of the dependencies for {self.arch.name} (PyPI)")
+        _strip_debug(target, self.arch)
         writer.add_tree(target, PYTHON_SITE, _dropper(PY_DROP))
 
     def app(self) -> oci.Layer:
         files = source_files()
         digests = (f"{p}\0{hashlib.sha256((REPO / p).read_bytes()).hexdigest()}" for p in files)
-        key = hash_parts(self.script, *digests, *PY_DROP)
+        key = hash_parts(self.script, self.arch.name, *digests, *PY_DROP)
         return self._layer("gpushare", key, lambda w, tmp: self._fill_app(w, tmp, files))
 
     def _fill_app(self, writer: oci.LayerWriter, tmp: Path, files: list[Path]) -> None:
@@ -286,17 +309,87 @@ class Builder:
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, src / rel)
         pip = [sys.executable, "-m", "pip"]
-        run([*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)], "pip wheel .")
+        if self.arch.native:
+            wheel_cmd = [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)]
+            run(wheel_cmd, "pip wheel .")
+        else:
+            self._emulated_wheel(src, dist)
         (wheel,) = dist.glob("gpushare-*.whl")
-        run(
-            [*pip, "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target), str(wheel)],
-            "pip install",
-        )
+        install = [*pip, "install", "--quiet", "--no-deps", "--no-compile", *self._wheel_platform()]
+        run([*install, "--target", str(target), str(wheel)], "pip install")
         shutil.rmtree(src)
         _forget_wheel_path(target)
-        _strip_debug(target)
+        _strip_debug(target, self.arch)
         writer.add_tree(target, PYTHON_SITE, _dropper(PY_DROP))
         writer.add_bytes("usr/local/bin/gpushare", LAUNCHER, mode=0o755)
+
+    def _wheel_platform(self) -> list[str]:
+        """pip's options for another architecture's wheels, for Debian's CPython 3.11 (none for the builder's)."""
+        if self.arch.native:
+            return []
+        tags = [f"--platform={p}" for p in self.arch.wheel_platforms]
+        return [*tags, "--python-version=3.11", "--implementation=cp", "--abi=cp311", "--abi=abi3", "--abi=none"]
+
+    def build_root(self) -> Path:
+        """A Debian bookworm of the image's architecture with a compiler and Python's headers, made
+        once by mmdebstrap (emulated) and kept under the cache, keyed by what it holds."""
+        root = self.cache / f"build-root-{self.arch.name}"
+        key = hash_parts(SUITE, self.arch.name, *sources_lines(), *BUILD_ROOT_PACKAGES)
+        stamp = root.with_name(root.name + ".key")
+        if root.is_dir() and stamp.is_file() and stamp.read_text().strip() == key and not self.rebuild:
+            return root
+        shutil.rmtree(root, ignore_errors=True)
+        stamp.unlink(missing_ok=True)
+        cmd = [
+            "mmdebstrap",
+            "--variant=essential",
+            f"--architectures={self.arch.name}",
+            f"--include={','.join(BUILD_ROOT_PACKAGES)}",
+            "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+            *(f"--dpkgopt={opt}" for opt in DPKG_EXCLUDES),
+            SUITE,
+            str(root),
+            *sources_lines(),
+        ]
+        print(f"image: mmdebstrap of the {self.arch.name} build root (about 2-4 min, emulated) ...", flush=True)
+        run(cmd, "mmdebstrap of the build root", log=self.cache / f"mmdebstrap-build-root-{self.arch.name}.log")
+        stamp.write_text(key + "\n")
+        return root
+
+    def _emulated_wheel(self, src: Path, dist: Path) -> None:
+        """`pip wheel` of `src` run by the build root's own python3 in a chroot, under qemu: the
+        cffi extension is compiled by that architecture's gcc against its Python headers. The
+        build requirements come from a wheelhouse the builder's pip fills (at the versions of
+        .venv, as the native build uses), so nothing inside reaches the network."""
+        root = self.build_root()
+        inside = {name: root / f"gpushare-{name}" for name in ("src", "dist", "wheels")}
+        for path in inside.values():
+            shutil.rmtree(path, ignore_errors=True)
+        requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+        constraints = inside["wheels"].with_name("gpushare-constraints.txt")
+        constraints.write_text(venv_constraints())
+        pip = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", *self._wheel_platform()]
+        run(
+            [*pip, "-d", str(inside["wheels"]), "-c", str(constraints), *requires],
+            "pip download of the build requirements",
+        )
+        # Always the same path inside, like the native build: the compiled helper records it.
+        shutil.copytree(src, inside["src"])
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+        env |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/gpushare-wheels", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        cmd = ["chroot", str(root), "python3", "-m", "pip", "wheel", "--quiet", "--no-deps"]
+        cmd += ["-w", "/gpushare-dist", "/gpushare-src"]
+        print(f"image: building the gpushare wheel for {self.arch.name} under emulation ...", flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if proc.returncode != 0:
+            out = (proc.stdout + proc.stderr)[-3000:]
+            raise BuildError(f"pip wheel in the {self.arch.name} build root failed ({proc.returncode}):\n{out}")
+        dist.mkdir(parents=True, exist_ok=True)
+        for wheel in inside["dist"].glob("gpushare-*.whl"):
+            shutil.copy2(wheel, dist / wheel.name)
+        for path in inside.values():
+            shutil.rmtree(path)
+        constraints.unlink()
 
 
 def _forget_wheel_path(site: Path) -> None:
@@ -309,9 +402,10 @@ def _forget_wheel_path(site: Path) -> None:
         record.write_text("".join(line for line in lines if not line.startswith(entry)))
 
 
-def _strip_debug(tree: Path) -> None:
-    """Debug sections of the shared objects: several MiB the agent never reads (skipped without binutils)."""
-    strip = shutil.which("strip")
+def _strip_debug(tree: Path, arch: Arch) -> None:
+    """Debug sections of the shared objects: several MiB the agent never reads (skipped without
+    binutils for the architecture: the builder's `strip`, or `<multiarch>-strip` for another)."""
+    strip = shutil.which("strip" if arch.native else f"{arch.multiarch}-strip")
     objects = sorted(str(p) for p in tree.rglob("*.so*") if p.is_file() and not p.is_symlink())
     if strip and objects:
         run([strip, "--strip-debug", *objects], "strip --strip-debug")
