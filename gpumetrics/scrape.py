@@ -135,8 +135,8 @@ def read_source(source: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     if is_pod_source(source):
         parse_pod_source(source)  # a malformed source is named as such first
         raise MetricsError(
-            f"gpushare: metrics source {source!r} is a pod found through the API: the agent reads it "
-            "with its own credentials; here, scrape the pod's URL (gpushare status shows it as the endpoint)"
+            f"gpushare: metrics source {source!r} is a pod found through the API: only the agent reads it; "
+            "here, give the pod's URL (the agent's /status shows it as spot_runtime.metrics.endpoint)"
         )
     if "://" in source and not source.startswith("file://"):
         scheme = source.split("://", 1)[0]

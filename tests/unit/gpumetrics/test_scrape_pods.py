@@ -190,7 +190,7 @@ def test_the_scraper_reports_where_it_reads(pages: list[Page]) -> None:
 
 def test_without_an_api_client_a_pod_source_is_refused_at_each_read() -> None:
     scraper = Scraper.from_config(MetricsConfig(source=GPU_OPERATOR_SOURCE))
-    with pytest.raises(MetricsError, match="is a pod found through the API: the agent reads it"):
+    with pytest.raises(MetricsError, match="is a pod found through the API: only the agent reads it"):
         scraper.read()
     with pytest.raises(MetricsError, match="port is required"):
         Scraper.from_config(MetricsConfig(source="k8s://pods/gpu-operator?labelSelector=a=b"))
