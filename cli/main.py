@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli import agent, config, deviceplugins, dra, kmod, metrics, nri, status
+from cli import agent, config, deviceplugins, dra, install_check, kmod, metrics, nri, status, uninstall
 from cli.doctor import command as doctor
 from gpushare import log
 
@@ -17,10 +17,12 @@ app.command("fake-gpus")(deviceplugins.fake_gpus)
 app.add_typer(kmod.app, name="kmod")
 app.add_typer(metrics.app, name="metrics")
 app.add_typer(config.app, name="config")
+app.add_typer(uninstall.app, name="uninstall")
 app.command("agent")(agent.agent)
 app.command("dra-plugin")(dra.dra_plugin)
 app.command("status")(status.status)
 app.command("doctor")(doctor.doctor)
+app.command("install-check")(install_check.install_check)
 
 
 @app.callback()

@@ -2,7 +2,8 @@
 
 The JSON is committed twice, byte for byte the same: manifests/grafana/gpushare.json (to import
 by hand) and manifests/chart/files/grafana/gpushare.json (the chart ships it in a ConfigMap for
-Grafana's dashboard sidecar; helm reads files inside the chart only).
+Grafana's dashboard sidecar; helm reads files inside the chart only), made for the default job
+name; the chart sets its prometheus.jobLabel in the one job matcher as it renders the ConfigMap.
 tests/unit/test_dashboard.py fails when either differs from what this module generates.
 
     python hack/dashboard.py            # rewrite both files
@@ -38,7 +39,9 @@ OUTPUTS = (
 UID = "gpushare"
 DATASOURCE_VAR = "datasource"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VAR + "}")
-AGENT_JOB = "gpushare-agent"  # the scrape job name docs/observability.md asks for
+# The agents' job: the chart's default prometheus.jobLabel. The chart writes the configured job
+# into this matcher (its gpushare.withJob), so the JSON is generated for the default only.
+AGENT_JOB = "gpushare-agent"
 SPOT = "gpushare/spot-gpu"
 # Grafana's own interval variables the queries use; a caller outside Grafana puts a window in.
 GRAFANA_WINDOWS = ("$__rate_interval", "$__range")
@@ -278,7 +281,7 @@ ROWS: tuple[RowSpec, ...] = (
             PanelSpec(
                 "stat",
                 "Agents up",
-                f"Scrape targets of job {AGENT_JOB} answering, of all.",
+                "The agents' scrape targets answering (up), of all of them.",
                 (0, 46, 5, 6),
                 (
                     Query(f'sum(up{{job="{AGENT_JOB}"}})', "up"),

@@ -21,8 +21,8 @@ from localcluster.cri import CriClient
 from localcluster.errors import ClusterError, ClusterUnavailable
 from localcluster.paths import REPO, cache_dir
 
-# Helm keeps its release records outside gpushare-system, which uninstalling deletes (docs/install.md).
-RELEASE_NAMESPACE = "default"
+# The release's namespace, where the chart puts every namespaced object (docs/install.md).
+RELEASE_NAMESPACE = "gpushare-system"
 # Seconds each import took, per (cluster root, containerd pid, flavour): one import per cluster.
 IMPORTED: dict[tuple[str, int, str], float] = {}
 
@@ -83,10 +83,11 @@ class Helm:
 
     def install(self, release: str, chart: Path, namespace: str, values: Path, *more: str) -> None:
         self._adopt_unowned(release, namespace)
+        more = more if "--create-namespace" in more else (*more, "--create-namespace")
         self("install", release, str(chart), "--namespace", namespace, "--values", str(values), *more)
 
     def _adopt_unowned(self, release: str, namespace: str) -> None:
-        """Mark the chart's namespace and PriorityClasses as this release's where no release owns them.
+        """Mark the chart's PriorityClasses as this release's where no release owns them.
 
         A host-process agent on the same test cluster applies them with kubectl
         (``localcluster.agent.apply_base_manifests``), and Helm refuses to install over an object
@@ -100,12 +101,9 @@ class Helm:
                 "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace},
             }
         }
-        for manifest, base in (
-            ("00-namespace.yaml", "/api/v1/namespaces"),
-            ("10-priorityclasses.yaml", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-        ):
+        for manifest, base in (("10-priorityclasses.yaml", "/apis/scheduling.k8s.io/v1/priorityclasses"),):
             for doc in yaml.safe_load_all((REPO / "manifests" / manifest).read_text()):
-                if not doc or doc.get("kind") not in ("Namespace", "PriorityClass"):
+                if not doc or doc.get("kind") != "PriorityClass":
                     continue
                 path = f"{base}/{doc['metadata']['name']}"
                 try:
@@ -118,8 +116,8 @@ class Helm:
     def upgrade(self, release: str, chart: Path, namespace: str, values: Path) -> None:
         self("upgrade", release, str(chart), "--namespace", namespace, "--values", str(values))
 
-    def uninstall(self, release: str, namespace: str) -> None:
-        self("uninstall", release, "--namespace", namespace, "--ignore-not-found")
+    def uninstall(self, release: str, namespace: str, *more: str, timeout_s: float = 180.0) -> None:
+        self("uninstall", release, "--namespace", namespace, "--ignore-not-found", *more, timeout_s=timeout_s)
 
 
 def write_values(path: Path, values: dict[str, Any]) -> Path:

@@ -239,7 +239,7 @@ def _add_blob(tar: tarfile.TarFile, data: bytes) -> str:
 def write_archive(dest: Path, name: str, layers: list[Layer], config: ImageConfig, history: list[str]) -> str:
     """Write an OCI image-layout tarball at `dest` (atomically); returns the manifest digest.
 
-    `name` is the full reference (`docker.io/gpushare/agent:0.1.0`): ctr imports under the
+    `name` is the full reference (`docker.io/gpushare/agent:0.2.0`): ctr imports under the
     `io.containerd.image.name` annotation verbatim, and the CRI looks images up by their
     normalised name, so a short name would never be found by the kubelet.
     """

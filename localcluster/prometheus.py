@@ -6,7 +6,10 @@
   system-wide and no daemon is started. Idempotent.
 - ``PrometheusServer``: ``prometheus`` on a free loopback port with a temporary data directory,
   the rule files it is given and one static scrape job per target, scraping every second;
-  ``query()`` asks its HTTP API.
+  ``query()``, ``rules()`` and ``alerts()`` ask its HTTP API; ``reconfigure()`` gives it other
+  targets (a config reload), as when a scrape config changes or goes.
+- ``chart_configmap_file()``: one file of a ConfigMap of the chart as ``helm template`` renders it
+  with the given values (the rules and the dashboard carry ``prometheus.jobLabel``).
 - ``ExporterServer``: an HTTP server on a free loopback port that serves whatever text the test
   last set, as a vendor exporter serves its page (``text/plain; version=0.0.4``).
 
@@ -20,7 +23,9 @@ import argparse
 import contextlib
 import http.server
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,11 +41,16 @@ from typing import Any
 import yaml
 
 from localcluster.errors import ClusterError, ClusterUnavailable
+from localcluster.helm import helm_binary
 from localcluster.host import free_port
 from localcluster.paths import REPO, cache_dir
 
 RULE_FILES = (REPO / "manifests" / "prometheus" / "gpushare.rules.yaml",)
-AGENT_JOB = "gpushare-agent"  # the job name the shipped alerts expect
+# The e2e tier installs the chart with prometheus.jobLabel set to this, the job a PodMonitor
+# gpushare-agent in gpushare-system gets by default, and scrapes the agent under it: the rules and
+# the dashboard must follow the value, not the default gpushare-agent the shipped files name.
+AGENT_JOB = "gpushare-system/gpushare-agent"
+CHART_JOB_VALUES = {"prometheus": {"jobLabel": AGENT_JOB}}
 EXPORTER_JOB = "gpu-exporter"
 BINARIES = ("prometheus", "promtool")
 INSTALL_HINT = "run `make prometheus` (Debian's prometheus package unpacked into the build cache)"
@@ -147,18 +157,43 @@ class PrometheusServer:
         self.root = Path(tempfile.mkdtemp(prefix="gs-prometheus-", dir="/tmp"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.rule_files = [str(p) for p in rule_files]
+        self._write_config(targets)
+        self.log_path = self.root / "prometheus.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _write_config(self, targets: Mapping[str, Iterable[str]]) -> None:
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rule_files],
+            "rule_files": self.rule_files,
             "scrape_configs": [
                 # honor_labels: the agent's namespace/pod/container name the GPU's user, as the docs ask.
                 {"job_name": job, "honor_labels": True, "static_configs": [{"targets": list(addrs)}]}
                 for job, addrs in targets.items()
             ],
         }
-        (self.root / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self.log_path = self.root / "prometheus.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.targets = {job: list(addrs) for job, addrs in targets.items()}
+        tmp = self.root / "prometheus.yml.tmp"
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        os.replace(tmp, self.root / "prometheus.yml")  # a reload never reads half a file
+
+    def reconfigure(self, targets: Mapping[str, Iterable[str]], timeout_s: float = 30.0) -> None:
+        """Scrape ``targets`` instead (SIGHUP: Prometheus reads its config again). A target dropped
+        from a job that stays (an empty list keeps the job) has its series marked stale within an interval; a
+        job removed altogether leaves its series to the 5-minute lookback, as Prometheus does."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise ClusterError("prometheus is not running")
+        self._write_config(targets)
+        self._proc.send_signal(signal.SIGHUP)
+        wanted = {job: sorted(addrs) for job, addrs in self.targets.items() if addrs}
+
+        def applied() -> bool:
+            pools: dict[str, list[str]] = {}
+            for t in self.api("targets")["activeTargets"]:
+                pools.setdefault(t["scrapePool"], []).append(t["labels"]["instance"])
+            return {job: sorted(addrs) for job, addrs in pools.items()} == wanted
+
+        self.wait("the new scrape config applied", applied, timeout_s)
 
     def start(self, timeout_s: float = 60.0) -> None:
         argv = [
@@ -204,6 +239,15 @@ class PrometheusServer:
             return [Sample({}, float(data["result"][1]))]
         return [Sample(r["metric"], float(r["value"][1])) for r in data["result"]]
 
+    def rules(self) -> list[dict[str, Any]]:
+        """Every loaded rule as the rules API gives it (name, query, health, lastError, state...)."""
+        return [rule for group in self.api("rules")["groups"] for rule in group["rules"]]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The active alerts (pending or firing), each with its labels and state."""
+        alerts: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return alerts
+
     def targets_up(self) -> dict[str, str]:
         """scrape URL -> health ("up", "down", "unknown")."""
         return {t["scrapeUrl"]: t["health"] for t in self.api("targets")["activeTargets"]}
@@ -217,6 +261,23 @@ class PrometheusServer:
                 self._proc.kill()
                 self._proc.wait(5)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def chart_configmap_file(template: str, configmap: str, key: str, values: Mapping[str, Any]) -> str:
+    """``key`` of the ConfigMap ``configmap`` in manifests/chart/templates/``template``, rendered by
+    ``helm template`` with ``values`` over the defaults (e.g. ``CHART_JOB_VALUES``)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="gs-values-") as fh:
+        yaml.safe_dump(dict(values), fh)
+        fh.flush()
+        argv = [str(helm_binary()), "template", "gpushare", str(REPO / "manifests" / "chart")]
+        argv += ["--values", fh.name, "--show-only", f"templates/{template}"]
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if res.returncode != 0:
+        raise ClusterError(f"helm template of {template} failed: {res.stderr.strip()}")
+    for doc in yaml.safe_load_all(res.stdout):
+        if doc and doc.get("kind") == "ConfigMap" and doc["metadata"]["name"] == configmap:
+            return str(doc["data"][key])
+    raise ClusterError(f"{template} rendered no ConfigMap {configmap}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,3 +15,9 @@ manifests: helm venv
 	HELM=$(HELM_BIN) $(PY) hack/image/render_manifests.py
 
 DEPS += helm
+
+# The chart's values.schema.json and README.md, generated from values.yaml and its comments
+# (hack/chart_docs.py; tests/unit/test_chart_docs.py checks they are current).
+.PHONY: chart-docs
+chart-docs: venv
+	$(PY) hack/chart_docs.py

@@ -388,6 +388,67 @@ class KubeClient:
             status, _ = self._call("PUT", self._lease_path(namespace, name), body=body, ok=(409,))
         return status != 409
 
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        """Delete a Lease; False if it was not there."""
+        status, _ = self._call("DELETE", self._lease_path(namespace, name), ok=(404,))
+        return status != 404
+
+    # -- uninstall (`gpushare uninstall`, docs/install.md) ------------------------------------------------------
+
+    def evict_pod(self, ref: PodRef) -> bool | None:
+        """Ask the Eviction API to remove exactly this pod (uid precondition), as `kubectl drain` does.
+
+        True: accepted. False: the pod is gone or has a new uid. None: a PodDisruptionBudget does not
+        allow it now (429), so the caller asks again later.
+        """
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+            "deleteOptions": {"preconditions": {"uid": ref.uid}},
+        }
+        path = f"{self._pods_path(ref.namespace)}/{quote(ref.name, safe='')}/eviction"
+        status, _ = self._call("POST", path, body=body, ok=(404, 409, 429))
+        if status == 429:
+            return None
+        return status not in (404, 409)
+
+    def delete_admission_policy(self, name: str) -> bool:
+        """Delete a ValidatingAdmissionPolicy and its binding of the same name; False if neither was there."""
+        found = False
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind}/{quote(name, safe='')}"
+            status, _ = self._call("DELETE", path, ok=(404,))
+            found = found or status != 404
+        return found
+
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim in the cluster; [] where the API server serves no resource.k8s.io/v1."""
+        return self._list_dra("resourceclaims", None)
+
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """The ResourceSlices ``driver`` published; [] where the API server serves no resource.k8s.io/v1."""
+        return self._list_dra("resourceslices", f"spec.driver={driver}")
+
+    def _list_dra(self, resource: str, field_selector: str | None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"limit": LIST_PAGE, "fieldSelector": field_selector}
+        while True:
+            status, doc = self._call("GET", f"/apis/resource.k8s.io/v1/{resource}", query=query, ok=(404,))
+            if status == 404:
+                return []
+            items.extend(doc.get("items") or [])
+            token = (doc.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query = {**query, "continue": token}
+
+    def list_daemonsets(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The DaemonSets in ``namespace`` matching ``label_selector`` (`gpushare install-check`)."""
+        path = f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}/daemonsets"
+        _, doc = self._call("GET", path, query={"labelSelector": label_selector})
+        return list(doc.get("items") or [])
+
 
 def _translate(status: int, what: str, body: bytes, retry_after: str | None) -> KubeError:
     message = _api_message(body)

@@ -1,7 +1,9 @@
 """Render manifests/*.yaml from the Helm chart in manifests/chart (`make manifests`).
 
-The chart is the one source of truth: `helm template` with the default values, one file per
-template (`templates/20-rbac.yaml` -> `manifests/20-rbac.yaml`), each with a header saying so.
+The chart is the one source of truth: `helm template` with the default values into the namespace
+gpushare-system, one file per template (`templates/20-rbac.yaml` -> `manifests/20-rbac.yaml`), each
+with a header saying so. The chart installs into its release's namespace and never creates it;
+`kubectl apply -f manifests/` has no release, so 00-namespace.yaml, written here, creates it.
 
     python hack/image/render_manifests.py                 # rewrite manifests/*.yaml
     python hack/image/render_manifests.py --out DIR       # write them to DIR instead
@@ -31,6 +33,20 @@ HEADER = (
     "# Edit the chart, then run `make manifests`; tests/unit/test_manifests_rendered.py checks this file.\n"
 )
 EXIT_NO_HELM = 3
+NAMESPACE = "gpushare-system"
+# What `helm install -n NAMESPACE --create-namespace` leaves to the operator: the namespace, labelled
+# for the agent's privileged pods where Pod Security admission is enforced (docs/install.md).
+NAMESPACE_MANIFEST = f"""\
+# Shadow pods, the agent and its lease live here (design §3). Tenants never need access.
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NAMESPACE}
+  labels:
+    app.kubernetes.io/part-of: gpushare
+    # The agent runs privileged with hostPID (kernel module, device nodes, NRI socket).
+    pod-security.kubernetes.io/enforce: privileged
+"""
 _SOURCE = re.compile(r"^# Source: [^/\n]+/templates/(?P<name>[^\n]+)\n", re.MULTILINE)
 
 
@@ -74,11 +90,17 @@ def split_rendered(text: str) -> dict[str, str]:
 
 def render(helm: Path) -> dict[str, str]:
     proc = subprocess.run(
-        [str(helm), "template", "gpushare", str(CHART)], capture_output=True, text=True, check=False, timeout=120
+        # No hooks: `kubectl apply` would run the uninstall and test Jobs at once.
+        [str(helm), "template", "gpushare", str(CHART), "--namespace", NAMESPACE, "--no-hooks"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"helm template failed ({proc.returncode}):\n{proc.stderr}")
-    return split_rendered(proc.stdout)
+    rendered = split_rendered(proc.stdout)
+    return {"00-namespace.yaml": HEADER + NAMESPACE_MANIFEST, **rendered}
 
 
 def _diff(rendered: dict[str, str], directory: Path) -> list[str]:

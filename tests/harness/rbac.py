@@ -62,11 +62,13 @@ class Grants:
         return key in self.cluster or (use.scope == "gpushare-system" and key in self.namespaced)
 
 
-def _expand(rules: Sequence[Mapping[str, Any]], where: str) -> frozenset[tuple[str, str, str]]:
+def _expand(rules: Sequence[Mapping[str, Any]], where: str, names: bool = False) -> frozenset[tuple[str, str, str]]:
+    """``names``: a rule narrowed to resourceNames counts as its verbs on that resource (the caller
+    checks the names themselves)."""
     out: set[tuple[str, str, str]] = set()
     for rule in rules:
         # A rule narrowed to names, or a wildcard, would need more than this reduction can say.
-        if rule.get("resourceNames") or rule.get("nonResourceURLs"):
+        if (rule.get("resourceNames") and not names) or rule.get("nonResourceURLs"):
             raise AssertionError(f"{where}: a rule with resourceNames/nonResourceURLs is not modelled: {rule}")
         for field in ("apiGroups", "resources", "verbs"):
             if "*" in rule.get(field, []):
@@ -75,19 +77,19 @@ def _expand(rules: Sequence[Mapping[str, Any]], where: str) -> frozenset[tuple[s
     return frozenset(out)
 
 
-def grants_from(docs: Iterable[Mapping[str, Any]]) -> Grants:
-    """The agent's ClusterRole and Role, checked to be bound to the agent's ServiceAccount."""
+def grants_from(docs: Iterable[Mapping[str, Any]], account: str = AGENT, *, names: bool = False) -> Grants:
+    """``account``'s ClusterRole and Role (each named as the account), checked to be bound to it."""
     by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs if d}
-    subject = {"kind": "ServiceAccount", "name": AGENT, "namespace": NAMESPACE}
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     for binding, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        bound = by_kind[(binding, AGENT)]
-        assert bound["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": AGENT}, bound
+        bound = by_kind[(binding, account)]
+        assert bound["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": account}, bound
         assert bound["subjects"] == [subject], bound
-    role_doc = by_kind[("Role", AGENT)]
+    role_doc = by_kind[("Role", account)]
     assert role_doc["metadata"]["namespace"] == NAMESPACE, role_doc["metadata"]
     return Grants(
-        _expand(by_kind[("ClusterRole", AGENT)]["rules"], "ClusterRole"),
-        _expand(role_doc["rules"], "Role"),
+        _expand(by_kind[("ClusterRole", account)]["rules"], "ClusterRole", names),
+        _expand(role_doc["rules"], "Role", names),
     )
 
 

@@ -23,7 +23,7 @@ def _agent(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refused(*sets: str) -> str:
-    args = [str(_helm()), "template", "gpushare", str(CHART)]
+    args = [str(_helm()), "template", "gpushare", str(CHART), "--namespace", "gpushare-system"]
     for s in sets:
         args += ["--set", s]
     proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
@@ -62,16 +62,16 @@ def test_kubelet_root_dir_moves_the_mounts_and_the_config() -> None:
     cfg = load_config(text=_one(docs, "ConfigMap")["data"]["config.yaml"])
     assert cfg.kubelet.device_plugin_dir == "/data/kubelet/device-plugins/"
     assert cfg.kubelet.pod_resources_socket == "/data/kubelet/pod-resources/kubelet.sock"
-    assert "kubelet.rootDir must be an absolute path" in _refused("kubelet.rootDir=var/lib/kubelet")
+    assert "/kubelet/rootDir" in _refused("kubelet.rootDir=var/lib/kubelet")  # values.schema.json
     # The old per-path values would be ignored silently: refused, naming what replaces them.
-    assert "kubelet.rootDir names kubelet's root dir" in _refused("config.kubelet.devicePluginDir=/x/")
+    assert "additional properties 'kubelet' not allowed" in _refused("config.kubelet.devicePluginDir=/x/")
 
 
 def test_log_format_and_extra_flags_reach_the_command() -> None:
     command = _agent(_pod_spec(_template("logFormat=text", "extraArgs={--period,1}", "spot.enabled=false")))["command"]
     assert command[:4] == ["gpushare", "--log-format", "text", "agent"]
     assert command[-3:] == ["--no-spot", "--period", "1"]
-    assert "logFormat must be json or text" in _refused("logFormat=xml")
+    assert "/logFormat" in _refused("logFormat=xml")  # values.schema.json
 
 
 def test_a_metrics_file_on_the_node_is_mounted_read_only_with_its_directory() -> None:
@@ -123,7 +123,7 @@ def test_open_metrics_grant_the_agent_no_reviews() -> None:
     docs = _template("config.metrics.access=open")
     assert load_config(text=_one(docs, "ConfigMap")["data"]["config.yaml"]).metrics.access == "open"
     assert not [r for r in _rbac_rules(docs, "gpushare-agent") if r in REVIEWS]
-    assert "config.metrics.access must be rbac" in _refused("config.metrics.access=anonymous")
+    assert "/config/metrics/access" in _refused("config.metrics.access=anonymous")  # values.schema.json
 
 
 def test_kubelets_probes_reach_the_agent_on_its_loopback() -> None:
@@ -139,8 +139,9 @@ def test_kubelets_probes_reach_the_agent_on_its_loopback() -> None:
     assert "config.metrics.listen must be on every address" in _refused("config.metrics.listen=10.0.0.7:9487")
 
 
-def test_a_bad_connection_cap_is_refused_by_the_agent_naming_the_key() -> None:
-    text = _one(_template("config.metrics.maxConnections=2"), "ConfigMap")["data"]["config.yaml"]
+def test_a_bad_connection_cap_is_refused_by_the_chart_and_the_agent_naming_the_key() -> None:
+    assert "/config/metrics/maxConnections" in _refused("config.metrics.maxConnections=2")
+    text = _one(_template(), "ConfigMap")["data"]["config.yaml"].replace("maxConnections: 32", "maxConnections: 2")
     with pytest.raises(ConfigError) as err:
         load_config(text=text)
     assert any(p.startswith("metrics.maxConnections: must be between 8 and 1024") for p in err.value.problems)

@@ -8,7 +8,6 @@ rules really write.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import yaml
 
 from localcluster import prometheus as prom
 from localcluster.errors import ClusterUnavailable
+from tests.harness.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "hack" / "dashboard.py"
@@ -36,12 +36,7 @@ _FUNCTIONS = {"sum", "max", "min", "count", "time", "rate", "increase", "histogr
 
 @cache
 def dashboard_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpushare_dashboard", GENERATOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GENERATOR, "gpushare_dashboard")
 
 
 @cache
@@ -166,10 +161,7 @@ def test_promtool_parses_every_query(tmp_path: Path) -> None:
 
 
 def _helm_template(*sets: str) -> list[dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("render_manifests", REPO / "hack" / "image" / "render_manifests.py")
-    assert spec is not None and spec.loader is not None
-    render = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(render)
+    render = load_script(REPO / "hack" / "image" / "render_manifests.py", "render_manifests")
     try:
         helm = render.find_helm()
     except render.NoHelm as exc:

@@ -47,7 +47,7 @@ def _helm() -> Path:
 
 
 def _template(*sets: str) -> list[dict[str, Any]]:
-    args = [str(_helm()), "template", "gpushare", str(CHART)]
+    args = [str(_helm()), "template", "gpushare", str(CHART), "--namespace", "gpushare-system"]
     for s in sets:
         args += ["--set", s]
     proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
@@ -97,6 +97,11 @@ def test_chart_and_image_tags_follow_the_project_version() -> None:
     spec = _pod_spec(_template())
     images = [c["image"] for c in spec["initContainers"] + spec["containers"]]
     assert images == [f"gpushare/agent-kmod:{version}", f"gpushare/agent:{version}"]
+    # The fake vendor's chart runs the agent image too (its tag is that chart's appVersion).
+    fake = yaml.safe_load((REPO / "tests" / "charts" / "fake-gpus" / "Chart.yaml").read_text())
+    assert fake["appVersion"] == version, "tests/charts/fake-gpus/Chart.yaml names another image tag"
+    listed = yaml.safe_load(chart["annotations"]["artifacthub.io/images"])
+    assert sorted(i["image"] for i in listed) == sorted(images)
 
 
 def test_every_privilege_and_host_mount_says_why() -> None:

@@ -2,7 +2,8 @@
 
 - ``promtool check rules`` and ``promtool test rules`` over manifests/prometheus/;
 - every recording rule (per vendor) and every alert has a promtool unit test;
-- the chart ships the very same file;
+- the chart ships the very same file, and rendered for another ``prometheus.jobLabel`` it passes the
+  same unit tests moved to that job;
 - ``promtool check metrics`` on a live scrape of the agent's HTTP endpoint (the real
   ``Endpoint`` and registry, with attribution, spot and NRI series in it).
 
@@ -31,6 +32,7 @@ from gpumetrics.promtext import parse_text
 from localcluster import prometheus
 from localcluster.errors import ClusterUnavailable
 from tests.unit.controller.loop_pods import CFG, pod, shadow
+from tests.unit.test_manifests_rendered import _template
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "manifests" / "prometheus" / "gpushare.rules.yaml"
@@ -89,6 +91,29 @@ def test_the_chart_ships_the_same_rules() -> None:
     rendered = REPO / "manifests" / "60-prometheus-rules.yaml"
     configmap = next(d for d in yaml.safe_load_all(rendered.read_text()) if d and d["kind"] == "ConfigMap")
     assert configmap["data"]["gpushare.rules.yaml"] == RULES.read_text()
+
+
+def test_the_rules_rendered_for_another_job_pass_the_same_unit_tests(tmp_path: Path) -> None:
+    """prometheus.jobLabel as a PodMonitor names its job: the chart's rule file, with the unit tests'
+    series and expected alerts moved to that job, passes every promtool test the default passes."""
+    job = "gpushare-system/gpushare-agent"
+    docs = _template(f"prometheus.jobLabel={job}")
+    (configmap,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpushare-prometheus-rules"
+    ]
+    (tmp_path / "gpushare.rules.yaml").write_text(configmap["data"]["gpushare.rules.yaml"])
+    tests = RULE_TESTS.read_text().replace('job="gpushare-agent"', f'job="{job}"')
+    tests = tests.replace("job: gpushare-agent\n", f"job: {job}\n").replace(
+        "../gpushare.rules.yaml", "gpushare.rules.yaml"
+    )
+    assert tests.count(job) > 20 and "GpushareAgentsAbsent" in tests
+    (tmp_path / "rules.test.yaml").write_text(tests)
+    res = promtool("test", "rules", "rules.test.yaml", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # And the default file fails them: the tests above do look at the job.
+    (tmp_path / "gpushare.rules.yaml").write_text(RULES.read_text())
+    res = promtool("test", "rules", "rules.test.yaml", cwd=tmp_path)
+    assert res.returncode != 0 and "GpushareAgentsAbsent" in res.stdout + res.stderr
 
 
 def _live_report() -> TickReport:

@@ -30,22 +30,22 @@ from tests.harness.rbac import Use, compare, manifest_grants, scope_of
 
 REPO = Path(__file__).resolve().parents[2]
 TENANT = PodRef("team-a", "sharer-0", "uid-1")
-SHADOW = PodRef(keys.SHADOW_NAMESPACE, "shadow-share-4-abc-0", "uid-2")
-SHADOW_MANIFEST = {"metadata": {"namespace": keys.SHADOW_NAMESPACE, "name": SHADOW.name}}
+SHADOW = PodRef(keys.DEFAULT_NAMESPACE, "shadow-share-4-abc-0", "uid-2")
+SHADOW_MANIFEST = {"metadata": {"namespace": keys.DEFAULT_NAMESPACE, "name": SHADOW.name}}
 LEASE = {"holderIdentity": "node-a", "leaseDurationSeconds": 15}
 
 # One row per call site: (KubeClient method, a call as that site makes it, the code that makes it).
 CALL_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
     ("list_pods", lambda c: c.list_pods(field_selector="spec.nodeName=n"), "io/pod_cache: this node's pods"),
     ("list_pods", lambda c: c.list_pods(field_selector="spec.nodeName="), "io/pod_cache, cluster_pass: pending pods"),
-    ("list_pods", lambda c: c.list_pods(namespace=keys.SHADOW_NAMESPACE), "io/pod_cache, cluster_pass: shadows"),
+    ("list_pods", lambda c: c.list_pods(namespace=keys.DEFAULT_NAMESPACE), "io/pod_cache, cluster_pass: shadows"),
     (
         "list_pods",
         lambda c: c.list_pods(namespace="gpu-operator", label_selector="app=a", field_selector="spec.nodeName=n"),
         "io/exporter_pods: the node's exporter pod, for a k8s://pods/ metrics source",
     ),
     ("watch_pods", lambda c: list(c.watch_pods("1", field_selector="spec.nodeName=n")), "io/pod_cache"),
-    ("watch_pods", lambda c: list(c.watch_pods("1", namespace=keys.SHADOW_NAMESPACE)), "io/pod_cache: shadows"),
+    ("watch_pods", lambda c: list(c.watch_pods("1", namespace=keys.DEFAULT_NAMESPACE)), "io/pod_cache: shadows"),
     ("create_pod", lambda c: c.create_pod(SHADOW_MANIFEST), "applier: the leader creates a shadow"),
     ("delete_pod", lambda c: c.delete_pod(SHADOW), "applier: the leader deletes an idle shadow"),
     ("delete_pod", lambda c: c.delete_pod(TENANT), "applier: evict a sharer or a borrower"),
@@ -53,9 +53,9 @@ CALL_SITES: list[tuple[str, Callable[[KubeClient], object], str]] = [
     ("patch_pod_annotations", lambda c: c.patch_pod_annotations(TENANT, {"k": "v"}), "applier: a sharer's owner"),
     ("record_event", lambda c: c.record_event(TENANT, "R", "m"), "applier: an Event on a tenant's pod"),
     ("record_node_event", lambda c: c.record_node_event("node-a", "R", "m"), "applier: spot's Event on the Node"),
-    ("get_lease", lambda c: c.get_lease(keys.SHADOW_NAMESPACE, keys.LEASE_NAME), "io/lease"),
-    ("write_lease", lambda c: c.write_lease(keys.SHADOW_NAMESPACE, keys.LEASE_NAME, LEASE, None), "io/lease"),
-    ("write_lease", lambda c: c.write_lease(keys.SHADOW_NAMESPACE, keys.LEASE_NAME, LEASE, "7"), "io/lease"),
+    ("get_lease", lambda c: c.get_lease(keys.DEFAULT_NAMESPACE, keys.LEASE_NAME), "io/lease"),
+    ("write_lease", lambda c: c.write_lease(keys.DEFAULT_NAMESPACE, keys.LEASE_NAME, LEASE, None), "io/lease"),
+    ("write_lease", lambda c: c.write_lease(keys.DEFAULT_NAMESPACE, keys.LEASE_NAME, LEASE, "7"), "io/lease"),
     ("list_nodes", lambda c: c.list_nodes(), "commands/doctor, status: run in the agent's pod"),
     ("list_node", lambda c: c.list_node("node-a"), "io/node_watch: this node's Node"),
     ("watch_node", lambda c: list(c.watch_node("node-a", "1")), "io/node_watch"),
@@ -84,6 +84,13 @@ NOT_CALLED_BY_THE_AGENT = {
     "close": "no request",
     "from_kubeconfig": "no request (loading credentials)",
     "list_events": "only `kubectl gpushare why` reads Events, with the user's own kubeconfig",
+    # The chart's hooks, each with an account of its own (tests/unit/test_chart_hooks.py checks those).
+    "evict_pod": "the uninstall hook (`gpushare uninstall prepare --evict`)",
+    "list_resource_claims": "the uninstall hook",
+    "delete_lease": "the uninstall hook (`gpushare uninstall finish`)",
+    "delete_admission_policy": "the uninstall hook (`gpushare uninstall finish`)",
+    "list_daemonsets": "`helm test` (`gpushare install-check`)",
+    "list_resource_slices": "`helm test` (`gpushare install-check`)",
 }
 # Modules that run with the user's kubeconfig (a kubectl plugin), never the agent's token.
 USER_CREDENTIALS = {"cli/kubectl/plugin.py"}

@@ -18,7 +18,7 @@ the product's internals.
   cluster's pod-logs directory, hard-linked into the side directory when first seen, so the log
   of a container kubelet has removed (a deleted pod, a rolling update) stays readable.
 - ``upgrade``: ``helm upgrade`` with new settings; a changed config rolls the DaemonSet.
-- ``close``: ``helm uninstall``, and wait until the pod and the namespace are gone.
+- ``close``: ``helm uninstall`` (no hooks), delete the namespace and wait until it is gone.
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ def agent_values(cluster: Cluster, side: Path, port: int, settings: AgentSetting
         # The node has no kube-proxy: the agent dials the API server's own address.
         "apiServer": {"host": "127.0.0.1", "port": str(cluster.ports.apiserver)},
         "kubelet": {"rootDir": root},
+        # Pods here have a network namespace that reaches nothing (docs/cluster.md): the hooks'
+        # pods dial the API server from the node's network, as the agent does.
+        "hooks": {"hostNetwork": True},
         "kmod": {"enabled": settings.kmod},
         "spot": {"enabled": settings.spot},
         "config": config,
@@ -189,11 +192,14 @@ class AgentPod(AgentEndpoint):
             self._wait_rolled_out(timeout_s)
 
     def close(self) -> None:
-        """``helm uninstall``: the agent, its RBAC, PriorityClasses and namespace go (shadows too)."""
+        """``helm uninstall`` without its hooks, then the namespace: the agent, its RBAC, PriorityClasses,
+        shadows and Lease go, whatever a test left behind. The hooks themselves are the uninstall
+        tier's subject (tests/integration/e2e/test_uninstall.py), not every teardown's."""
         if self.installed:
             self.logs.refresh()
-            self.helm.uninstall(RELEASE, RELEASE_NAMESPACE)
+            self.helm.uninstall(RELEASE, RELEASE_NAMESPACE, "--no-hooks")
             self.installed = False
+            self.cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
             def gone() -> bool:
                 return self.cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0

@@ -30,9 +30,16 @@ from localcluster.cluster import Cluster
 from localcluster.deploy import fake_gpus
 from localcluster.errors import ClusterUnavailable
 from localcluster.paths import REPO
-from localcluster.prometheus import AGENT_JOB, EXPORTER_JOB, ExporterServer, PrometheusServer
+from localcluster.prometheus import (
+    AGENT_JOB,
+    CHART_JOB_VALUES,
+    EXPORTER_JOB,
+    ExporterServer,
+    PrometheusServer,
+    chart_configmap_file,
+)
 from tests.harness.cluster_fixture import cluster  # noqa: F401
-from tests.harness.worlds.agent_pod import node_agent
+from tests.harness.worlds.agent_pod import NAMESPACE, AgentPod, node_agent
 
 IDLE_TIMEOUT_S = 3.0
 IDLE_WINDOW = "2s"  # a lendable owner's GPU idle this long is lent
@@ -125,6 +132,14 @@ class Env:
         node = self.cluster.node()
         return {k: v for k, v in node["status"]["allocatable"].items() if "/" in k}
 
+    def chart_file(self, template: str, configmap: str, key: str) -> str:
+        """A file the chart ships in a ConfigMap (the rules, the dashboard): the installed one, or
+        with a host-process agent the one ``helm template`` gives for the same values."""
+        if isinstance(self.agent, AgentPod):
+            out = self.cluster.kubectl("get", "configmap", configmap, "-n", NAMESPACE, "-o", "json").stdout
+            return str(json.loads(out)["data"][key])
+        return chart_configmap_file(template, configmap, key, CHART_JOB_VALUES)
+
     def gpushare(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [GPUSHARE, *args]
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
@@ -176,6 +191,8 @@ def _settings(c: Cluster, exporter: ExporterServer) -> AgentSettings:
         idle_s=IDLE_TIMEOUT_S,
         config={"metrics": metrics, "idleWindow": IDLE_WINDOW},
         args=("--period", "1", "--spot-from", f"{FAKE_RESOURCE}={plugin_socket}"),
+        # The job a PodMonitor would give: the installed rules and dashboard must select it.
+        chart=CHART_JOB_VALUES,
     )
 
 
@@ -200,9 +217,13 @@ def _clean(c: Cluster) -> None:
 
 @pytest.fixture(scope="package")
 def prometheus(env: Env) -> Iterator[PrometheusServer]:
-    """A real Prometheus on 127.0.0.1 with the shipped rules, scraping the agent and the fake exporter."""
+    """A real Prometheus on 127.0.0.1 with the rules the chart installed, scraping the agent (job
+    AGENT_JOB, the chart's prometheus.jobLabel) and the fake exporter."""
+    rules = env.root / "gpushare.rules.yaml"
+    rules.write_text(env.chart_file("60-prometheus-rules.yaml", "gpushare-prometheus-rules", "gpushare.rules.yaml"))
     server = PrometheusServer(
-        {AGENT_JOB: [f"127.0.0.1:{env.agent.port}"], EXPORTER_JOB: [f"127.0.0.1:{env.exporter.port}"]}
+        {AGENT_JOB: [f"127.0.0.1:{env.agent.port}"], EXPORTER_JOB: [f"127.0.0.1:{env.exporter.port}"]},
+        rule_files=[rules],
     )
     try:
         server.start()

@@ -1,6 +1,7 @@
 """Every query of the shipped Grafana dashboard (hack/dashboard.py) runs against the e2e's real Prometheus,
 which scrapes the agent's pod and the fake dcgm-exporter with the shipped rules: none errs and each
-returns series.
+returns series. The dashboard is the one the chart installed, whose job matcher is the e2e's
+``prometheus.jobLabel``, the job Prometheus scrapes the agent under.
 
 Several panels only have series after an event, so the test makes each happen first:
 
@@ -33,7 +34,7 @@ from typing import Any
 from gpushare import keys
 from localcluster.agent import FAKE_RESOURCE
 from localcluster.pods import pod_manifest, sharer
-from localcluster.prometheus import PrometheusServer
+from localcluster.prometheus import AGENT_JOB, PrometheusServer
 from tests.integration.e2e.conftest import FAKE_GPU_IDS, Env
 from tests.integration.e2e.test_prometheus import _dcgm
 
@@ -146,7 +147,8 @@ def test_every_dashboard_query_answers_with_series(e2e: Env, prometheus: Prometh
     time.sleep(2.0)
     window = f"{math.ceil(end - start) + 30}s"  # Grafana's $__range and $__rate_interval: the whole test
 
-    doc = dash.build()
+    doc = json.loads(e2e.chart_file("70-dashboard.yaml", "gpushare-grafana-dashboard", "gpushare.json"))
+    assert f'up{{job="{AGENT_JOB}"}}' in " ".join(expr for _, _, expr in dash.queries(doc))
     empty: list[str] = []
     answers: dict[str, dict[str, Any]] = {}
     for title, ref, expr in dash.queries(doc):

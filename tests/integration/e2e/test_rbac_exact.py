@@ -125,8 +125,8 @@ def test_the_agent_calls_exactly_what_its_rbac_grants(e2e: Env) -> None:
         e2e.cluster.kubectl("delete", "clusterrolebinding", f"{TENANT}-scraper", "--ignore-not-found", check=False)
         e2e.cluster.kubectl("delete", "namespace", TENANT, "--wait=true", "--timeout=90s", check=False)
 
-    # Since this install: the namespace is the chart's, made anew by each install (helm uninstall
-    # waits until it is gone), and before it other tiers call with the agent's token themselves.
+    # Since this install: the release's namespace, made anew by each install (the harness deletes it
+    # and waits after each uninstall), and before it other tiers call with the agent's token themselves.
     installed_at = _kubectl_json(e2e, "get", "namespace", NAMESPACE)["metadata"]["creationTimestamp"]
     since = datetime.fromisoformat(installed_at)
     uses, odd = uses_from_audit(log.read_text().splitlines(), AGENT_USER, since)

@@ -36,7 +36,7 @@ def test_chart_values_give_the_pod_the_host_process_config(tmp_path: Path) -> No
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(agent_values(cluster, side, 4242, settings)))
     proc = subprocess.run(
-        [str(_helm()), "template", "gpushare", str(CHART), "--values", str(values)],
+        [str(_helm()), "template", "gpushare", str(CHART), "-n", "gpushare-system", "--values", str(values)],
         capture_output=True,
         text=True,
         check=False,
