@@ -1,12 +1,15 @@
 # `kubectl gpushare` (docs/kubectl-gpushare.md) is tested once as a person sees it, in a terminal that
-# tmux drives (tests/integration/e2e/test_kubectl_plugin.py): a fresh machine needs tmux.
+# tmux drives (tests/integration/e2e/test_kubectl_plugin.py), TAB included: kubectl's bash completion
+# script needs the bash-completion package, as kubectl's own install guide says. A fresh machine has
+# neither.
 .PHONY: tmux-deps
 tmux-deps:
-	@if command -v tmux >/dev/null; then \
-		echo "tmux-deps: $$(tmux -V) already installed"; \
+	@if command -v tmux >/dev/null && [ -f /usr/share/bash-completion/bash_completion ]; then \
+		echo "tmux-deps: $$(tmux -V) and bash-completion already installed"; \
 	else \
-		echo "tmux-deps: installing tmux from bookworm"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux; \
+		echo "tmux-deps: installing tmux and bash-completion from bookworm"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			tmux bash-completion; \
 	fi
 
 DEPS += tmux-deps

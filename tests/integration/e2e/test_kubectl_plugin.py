@@ -1,6 +1,6 @@
 """``kubectl gpushare`` on the real cluster: the installed ``kubectl-gpushare`` reads the API and
-the agent's status (through ``kubectl exec`` into the DaemonSet pod), and once through tmux, run
-by the real kubectl as a person would type it.
+the agent's status (through ``kubectl exec`` into the DaemonSet pod), with kubectl's own flags,
+and once through tmux, run and completed by the real kubectl as a person would type it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from tests.integration.e2e.conftest import Env
 from tests.integration.e2e.test_sharing import _running
 
 PLUGIN = Path(sys.executable).parent / "kubectl-gpushare"
+COMPLETER = PLUGIN.parent / "kubectl_complete-gpushare"  # kubectl runs it to complete `kubectl gpushare`
+BASH_COMPLETION = "/usr/share/bash-completion/bash_completion"  # kubectl's bash completion needs it
 
 
 def _env(e: Env) -> dict[str, str]:
@@ -126,6 +128,35 @@ def test_status_who_and_why_answer_from_the_live_cluster(e2e: Env, scene: dict[s
     assert _running(e2e, ["kp-s-0", "kp-s-1", "kp-owner"])
 
 
+def test_kubectls_own_flags_scope_and_select_as_kubectl_does(e2e: Env, scene: dict[str, Any]) -> None:
+    # who: the context's namespace by default (the shadow is in the agent's), every one with -A.
+    here = {(u["role"], u["pod"]) for u in plugin_json(e2e, "who", "--request-timeout", "30s")["uses"]}
+    everywhere = {(u["role"], u["pod"]) for u in plugin_json(e2e, "who", "-A", "--request-timeout", "0")["uses"]}
+    assert {("sharer", "default/kp-s-0"), ("owner", "default/kp-owner")} <= here, here
+    assert not [p for _, p in here if not p.startswith("default/")], here
+    assert here | {("shadow", scene["shadow"])} <= everywhere, everywhere
+    agent_ns = scene["shadow"].split("/")[0]
+    agents = {(u["role"], u["pod"]) for u in plugin_json(e2e, "who", "-n", agent_ns)["uses"]}
+    assert ("shadow", scene["shadow"]) in agents and {r for r, _ in agents} == {"shadow"}, agents
+    # -l: the test's pods carry gpushare-e2e=1, the agent's shadow does not.
+    labelled = {u["pod"] for u in plugin_json(e2e, "who", "-A", "-l", "gpushare-e2e=1")["uses"]}
+    assert scene["shadow"] not in labelled and "default/kp-s-1" in labelled, labelled
+    unlabelled = {u["pod"] for u in plugin_json(e2e, "who", "-A", "-l", "!gpushare-e2e")["uses"]}
+    assert scene["shadow"] in unlabelled and all(p.startswith(f"{agent_ns}/") for p in unlabelled), unlabelled
+    # who NAME with -A finds the shadow's name in the agent's namespace.
+    (held,) = plugin_json(e2e, "who", "-A", scene["shadow"].split("/")[1])["uses"]
+    assert (held["role"], held["pod"]) == ("shadow", scene["shadow"]), held
+    # status -l selects nodes by their labels.
+    labels = e2e.cluster.node()["metadata"]["labels"]
+    key, value = next((k, v) for k, v in sorted(labels.items()) if v)
+    assert [r["node"] for r in plugin_json(e2e, "status", "-l", f"{key}={value}")["nodes"]] == [scene["node"]]
+    assert plugin_json(e2e, "status", "-l", f"{key}!={value}")["nodes"] == []
+    # why -l: one explanation per selected pod.
+    items = {i["pod"]: i for i in plugin_json(e2e, "why", "-l", "gpushare-e2e=1", "--api-only")["items"]}
+    assert (items["default/kp-wait"]["state"], items["default/kp-thief"]["state"]) == ("Pending", "Refused"), items
+    assert items["default/kp-s-0"]["state"] == "Running", items
+
+
 def _tmux(sock: str, *args: str) -> str:
     res = subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=30, check=True)
     return res.stdout
@@ -141,6 +172,17 @@ def _run_in_pane(sock: str, command: str, marker: str, timeout_s: float = 120.0)
         if re.search(rf"^{marker}-\d+", screen, re.MULTILINE):
             return screen
         assert time.monotonic() < deadline, f"{command!r} did not finish in {timeout_s}s:\n{screen}"
+        time.sleep(0.5)
+
+
+def _wait_for_screen(sock: str, pattern: str, timeout_s: float = 60.0) -> str:
+    """The pane's text once ``pattern`` shows on it (a completion is typed, not run: no marker)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        screen = _tmux(sock, "capture-pane", "-p", "-J", "-t", "kp")
+        if re.search(pattern, screen):
+            return screen
+        assert time.monotonic() < deadline, f"{pattern!r} not on the terminal in {timeout_s}s:\n{screen}"
         time.sleep(0.5)
 
 
@@ -162,5 +204,19 @@ def test_a_person_in_a_terminal_gets_colour_and_a_pipe_gets_none(e2e: Env) -> No
         piped = _run_in_pane(sock, "kubectl gpushare status | cat", "PIPED")
         assert "PIPED-0" in piped and "NODE" in piped, piped
         assert "\x1b[" not in piped.split("NODE", 1)[1].split("PIPED-0", 1)[0], "colour codes in piped output"
+        # TAB, through kubectl's own bash completion, which asks kubectl_complete-gpushare.
+        assert COMPLETER.exists(), f"{COMPLETER} is missing: `make venv` (pip install -e .) installs it"
+        assert Path(BASH_COMPLETION).is_file(), "bash-completion is installed by `make deps` (mk/kubectl-plugin.mk)"
+        _run_in_pane(sock, f"source {BASH_COMPLETION}; source <(kubectl completion bash)", "LOADED")
+        _tmux(sock, "send-keys", "-t", "kp", "clear", "Enter")
+        _tmux(sock, "send-keys", "-t", "kp", "kubectl gpushare status ", "Tab")
+        line = _wait_for_screen(sock, rf"kubectl gpushare status {re.escape(e2e.cluster.node_name)}")
+        _tmux(sock, "send-keys", "-t", "kp", "C-c")
+        _tmux(sock, "send-keys", "-t", "kp", "clear", "Enter")
+        # Two TABs on an ambiguous word list the candidates, with kubectl's descriptions.
+        _tmux(sock, "send-keys", "-t", "kp", "kubectl gpushare wh", "Tab", "Tab")
+        listed = _wait_for_screen(sock, r"who +\(Which pods.*\n?.*why +\(Why a pod")  # side by side, or not
+        _tmux(sock, "send-keys", "-t", "kp", "C-c")
+        assert line and listed
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=30, check=False)
