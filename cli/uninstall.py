@@ -6,10 +6,12 @@ pod), and a borrower would stay when its owner returns. So:
 
 - ``prepare`` (pre-delete hook) lists the pods that depend on gpushare
   (``controller.core.dependents``). None: the uninstall goes on. Some: it refuses, naming each,
-  unless ``--evict``, which evicts them through the Eviction API (PodDisruptionBudgets are
-  honoured, as by ``kubectl drain``) and waits until they are gone. While it does, the chart's
+  unless ``--evict`` or the namespace's ``gpushare.k8s.io/uninstall: evict`` annotation (Helm
+  cannot upgrade a release whose uninstall was refused, so the choice must be possible then),
+  which evicts them through the Eviction API (PodDisruptionBudgets are honoured, as by
+  ``kubectl drain``) and waits until they are gone. From the hook's start the chart's
   ``gpushare-uninstalling`` admission policy refuses new pods asking gpushare's resources, so
-  a Deployment cannot replace what was evicted onto a GPU that is about to lose its holder.
+  neither an eviction nor a refusal can be undone by a Deployment making them again.
 - ``finish`` (post-delete hook), once the agents are gone: deletes the shadows, the leader Lease
   and that admission policy. What stays on the nodes is listed in docs/install.md.
 """
@@ -77,6 +79,8 @@ def prepare(
         raise typer.BadParameter(str(exc)) from exc
     with _client(kubeconfig) as client:
         try:
+            asked = client.get_namespace_annotations(namespace).get(keys.ANNOTATION_UNINSTALL)
+            evict = evict or asked == keys.UNINSTALL_EVICT
             found = _find(client)
             if found and evict:
                 found = _evict_all(client, found, time.monotonic() + timeout_s, poll_s)
@@ -92,8 +96,10 @@ def prepare(
     lines = [f"gpushare uninstall refused: {len(found)} pod(s) {verb}:"]
     lines += [f"  {d}" for d in found]
     lines.append(
-        "Delete them (or scale down what makes them) and uninstall again, or uninstall with "
-        "--set uninstall.evictTenants=true to have them evicted first (docs/install.md, 'Uninstall')."
+        "No new one can start meanwhile (admission policy gpushare-uninstalling). Delete them (or scale "
+        "down what makes them) and uninstall again, or have the uninstall evict them: "
+        f"kubectl annotate namespace {namespace} {keys.ANNOTATION_UNINSTALL}={keys.UNINSTALL_EVICT} "
+        "(docs/install.md, 'Uninstall')."
     )
     typer.echo("\n".join(lines), err=True)
     raise typer.Exit(EXIT_REFUSED)

@@ -40,6 +40,10 @@ ANNOTATION_SHADOW_DRAINING: Final = f"{DOMAIN}/draining"
 ANNOTATION_SHADOW_DRAINED: Final = f"{DOMAIN}/drained"
 # §3 pools: a sharer may name the real resource of its pool (default: the first of realResources).
 ANNOTATION_POOL_RESOURCE: Final = f"{DOMAIN}/pool-resource"
+# On the installation's namespace, set by the operator before `helm uninstall`: "evict" has the
+# uninstall hook evict the pods that still use gpushare instead of refusing (docs/install.md).
+ANNOTATION_UNINSTALL: Final = f"{DOMAIN}/uninstall"
+UNINSTALL_EVICT: Final = "evict"
 
 # §4 container annotations (emitted by our device plugins, read by the NRI plugin).
 ANNOTATION_DEVICES_FROM: Final = f"{DOMAIN}/container-devices-from"

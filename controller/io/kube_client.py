@@ -388,6 +388,11 @@ class KubeClient:
             status, _ = self._call("PUT", self._lease_path(namespace, name), body=body, ok=(409,))
         return status != 409
 
+    def get_namespace_annotations(self, name: str) -> dict[str, str]:
+        """The namespace's annotations ({} when it has none)."""
+        _, doc = self._call("GET", f"/api/v1/namespaces/{quote(name, safe='')}")
+        return dict(((doc or {}).get("metadata") or {}).get("annotations") or {})
+
     def delete_lease(self, namespace: str, name: str) -> bool:
         """Delete a Lease; False if it was not there."""
         status, _ = self._call("DELETE", self._lease_path(namespace, name), ok=(404,))

@@ -69,6 +69,7 @@ def test_the_uninstall_accounts_named_objects_are_the_ones_the_code_deletes() ->
         if rule.get("resourceNames")
     }
     assert names == {
+        ("namespaces", (NAMESPACE,)),
         ("leases", (keys.LEASE_NAME,)),
         ("validatingadmissionpolicies", (uninstall.UNINSTALLING_POLICY,)),
     }
@@ -92,18 +93,20 @@ def test_hooks_run_only_under_helm_never_from_the_plain_manifests() -> None:
         assert "helm.sh/hook" not in path.read_text(), path
 
 
-def test_prepare_evicts_only_when_asked_and_its_policy_comes_only_then() -> None:
+def test_prepare_evicts_only_when_asked_and_the_policy_comes_with_every_uninstall() -> None:
     def commands(*sets: str) -> list[list[str]]:
         return [d["spec"]["template"]["spec"]["containers"][0]["command"] for d in _hooks(*sets) if d["kind"] == "Job"]
 
     assert commands() == [
-        ["gpushare", "uninstall", "prepare", "--namespace", NAMESPACE],
+        ["gpushare", "uninstall", "prepare", "--namespace", NAMESPACE, "--timeout", "10m"],
         ["gpushare", "uninstall", "finish", "--namespace", NAMESPACE],
     ]
-    assert ["gpushare", "uninstall", "prepare", "--namespace", NAMESPACE, "--evict", "--timeout", "90s"] in commands(
+    assert ["gpushare", "uninstall", "prepare", "--namespace", NAMESPACE, "--timeout", "90s", "--evict"] in commands(
         "uninstall.evictTenants=true", "uninstall.timeout=90s"
     )
-    assert not [d for d in _hooks() if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    policies = [d for d in _hooks() if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in policies} == {"pre-delete"}
+    assert all("hook-succeeded" not in d["metadata"]["annotations"]["helm.sh/hook-delete-policy"] for d in policies)
     left = {d["metadata"]["name"] for d in _hooks("uninstall.enabled=false", "uninstall.evictTenants=true")}
     assert left == {"gpushare-test", "gpushare-install-check"}
 

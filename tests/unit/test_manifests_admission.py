@@ -44,6 +44,7 @@ NOT_THE_AGENTS = {
     "gpushare.k8s.io/container-devices-ids": PLUGINS_ONLY,
     "gpushare.k8s.io/owner-active": "a taint on the DRA driver's own spot devices, not a pod key",
     "gpushare.k8s.io/reclaimed": "a taint on the DRA driver's own spot devices, not a pod key",
+    "gpushare.k8s.io/uninstall": "on the installation's namespace, the operator's; read by the uninstall hook",
 }
 
 

@@ -86,6 +86,7 @@ NOT_CALLED_BY_THE_AGENT = {
     "list_events": "only `kubectl gpushare why` reads Events, with the user's own kubeconfig",
     # The chart's hooks, each with an account of its own (tests/unit/test_chart_hooks.py checks those).
     "evict_pod": "the uninstall hook (`gpushare uninstall prepare --evict`)",
+    "get_namespace_annotations": "the uninstall hook (the operator's gpushare.k8s.io/uninstall=evict)",
     "list_resource_claims": "the uninstall hook",
     "delete_lease": "the uninstall hook (`gpushare uninstall finish`)",
     "delete_admission_policy": "the uninstall hook (`gpushare uninstall finish`)",
