@@ -23,7 +23,9 @@ from cli.doctor.diagnosis import CgroupFact, Check, ExporterFact, NodeFacts, Sta
 from cli.doctor.host_probe import probe_cgroup, probe_containerd, probe_kmod
 from cli.doctor.socket_probe import probe_agent, probe_kubelet, probe_nri, probe_nvidia_plugin
 from controller.errors import KubeError
+from controller.io.exporter_pods import ExporterPods
 from controller.io.kube_client import KubeClient
+from gpumetrics.discovery import is_pod_source, parse_pod_source
 from gpumetrics.errors import MetricsError
 from gpumetrics.scrape import Scraper
 from gpushare.config import Config, MetricsConfig
@@ -32,13 +34,19 @@ from podcgroups.cgroups import detect_layout
 _MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
 
 
-def probe_exporter(m: MetricsConfig) -> ExporterFact:
-    """One scrape of ``metrics.source`` through the same adapters the agent uses."""
+def probe_exporter(m: MetricsConfig, node: str = "", kubeconfig: str | None = None) -> ExporterFact:
+    """One scrape of ``metrics.source`` through the same adapters the agent uses; a ``k8s://pods/``
+    source finds this node's exporter pod through the API first, as the agent does."""
     if not m.source:
         return ExporterFact("", m.process_level)
     try:
-        result = Scraper.from_config(m).read()
-    except MetricsError as exc:
+        if not is_pod_source(m.source):
+            result = Scraper.from_config(m).read()
+        else:
+            parse_pod_source(m.source)  # a malformed source is named before a client is opened
+            with KubeClient.from_kubeconfig(kubeconfig, timeout_s=m.scrape_timeout_s + 3.0) as client:
+                result = Scraper.from_config(m, node=node, list_pods=ExporterPods(client)).read()
+    except (MetricsError, KubeError) as exc:
         return ExporterFact(m.source, m.process_level, error=str(exc))
     return ExporterFact(m.source, m.process_level, len(result.devices), ",".join(result.vendors) or None)
 
@@ -95,7 +103,7 @@ def gather(cfg: Config, spot: bool | None, kubeconfig: str | None) -> tuple[Node
         cgroup=probe_spot_cgroups(cfg),
         kubelet=kubelet,
         real_resources=cfg.real_resources,
-        exporter=probe_exporter(cfg.metrics),
+        exporter=probe_exporter(cfg.metrics, cfg.node_name, kubeconfig),
         kmod=probe_kmod(),
         agent=agent,
         spot=spot,

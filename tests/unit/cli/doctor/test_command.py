@@ -12,9 +12,12 @@ from typer.testing import CliRunner
 from cli.doctor import command as cmd
 from cli.doctor.diagnosis import AgentFact, CgroupFact, ExporterFact, NodeFacts, SocketFact
 from cli.main import app
-from gpumetrics.fake_exporter import FakeGpu, write_dcgm
+from gpumetrics.discovery import GPU_OPERATOR_SOURCE
+from gpumetrics.fake_exporter import FakeGpu, render_dcgm, write_dcgm
 from gpushare.config import Config, MetricsConfig, SpotConfig
 from tests.unit.cli.doctor.test_diagnosis import healthy, with_
+from tests.unit.gpumetrics.test_discovery import NODE, exporter_pod
+from tests.unit.gpumetrics.test_scrape_pods import Page
 
 
 @pytest.fixture
@@ -87,7 +90,7 @@ def _stub_probes(monkeypatch: pytest.MonkeyPatch, agent: AgentFact) -> None:
     monkeypatch.setattr(cmd, "probe_nri", lambda sock: base.nri)
     monkeypatch.setattr(cmd, "probe_spot_cgroups", lambda cfg: base.cgroup)
     monkeypatch.setattr(cmd, "probe_kmod", lambda: base.kmod)
-    monkeypatch.setattr(cmd, "probe_exporter", lambda m: base.exporter)
+    monkeypatch.setattr(cmd, "probe_exporter", lambda *_a: base.exporter)
 
 
 @pytest.mark.parametrize(
@@ -121,3 +124,30 @@ def test_probe_exporter_reads_a_file_source(tmp_path: Path) -> None:
 def test_probe_spot_cgroups_says_why_spot_finds_no_pods(tmp_path: Path) -> None:
     fact = cmd.probe_spot_cgroups(Config(spot=SpotConfig(cgroup_root=str(tmp_path))))
     assert isinstance(fact, CgroupFact) and fact.spot_blocked and fact.spot_layout is None
+
+
+def test_probe_exporter_finds_a_pod_source_through_the_api_as_the_agent_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = Page(render_dcgm([FakeGpu("fakegpu0", 10.0, ())]))
+    listed: list[list[dict[str, object]]] = [[]]
+
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None: ...
+
+    monkeypatch.setattr(cmd.KubeClient, "from_kubeconfig", classmethod(lambda cls, *_a, **_kw: Client()))
+    monkeypatch.setattr(cmd, "ExporterPods", lambda _client: lambda _spec, _node: listed[0])
+    try:
+        source = GPU_OPERATOR_SOURCE.replace("port=metrics", f"port={page.port}")
+        none = cmd.probe_exporter(MetricsConfig(source=source), NODE)
+        assert none.devices is None and none.error and "gpu-operator" in none.error, none
+        listed[0] = [exporter_pod(ip="127.0.0.1", ports=[{"name": "metrics", "containerPort": page.port}])]
+        fact = cmd.probe_exporter(MetricsConfig(source=source, vendor="nvidia"), NODE)
+        assert (fact.devices, fact.vendor, fact.error) == (1, "nvidia", None), fact
+        bad = cmd.probe_exporter(MetricsConfig(source="k8s://pods/"), NODE)
+        assert bad.error and "k8s://pods/" in bad.error
+    finally:
+        page.close()
