@@ -7,6 +7,13 @@ length of a test; a client that binds one of them before it connects reaches 127
 address as its source, which is what the agent sees of a client on another machine. Root only, as
 every tier that runs a cluster.
 
+kubelet, where iptables is installed, adds a rule to its KUBE-FIREWALL chain that drops any packet
+to 127.0.0.0/8 from a source outside it (its "martian" protection for kube-proxy's route_localnet),
+which is exactly what these clients send. So, where iptables exists, the range is accepted by a rule
+at the head of that chain for the length of the test (``_accept_in_kube_firewall``): kubelet only
+appends its rule and only prepends the jump to the chain, so the acceptance stays ahead of the drop
+whichever started first.
+
 ``get`` sends one request from such an address; ``SlowClients`` holds many connections from them,
 each sending its request head a byte at a time and never finishing it (slowloris), and opens a
 connection again a moment after the agent closes it.
@@ -20,6 +27,7 @@ import http.client
 import os
 import resource
 import selectors
+import shutil
 import socket
 import subprocess
 import threading
@@ -36,6 +44,31 @@ def _ip(*args: str) -> None:
         raise AssertionError(f"ip {' '.join(args)} failed: {res.stderr.strip()} (the tests run as root)")
 
 
+_FIREWALL = "KUBE-FIREWALL"
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=False, timeout=30)
+
+
+@contextlib.contextmanager
+def _accept_in_kube_firewall(subnet: str) -> Iterator[None]:
+    """Accept ``subnet`` to 127.0.0.0/8 ahead of kubelet's drop (module docstring); nothing without
+    iptables. One rule per process's subnet, so lanes side by side never remove each other's."""
+    if shutil.which("iptables") is None:
+        yield
+        return
+    accept = ["-s", subnet, "-d", "127.0.0.0/8", "-m", "comment", "--comment", "gpushare tests", "-j", "ACCEPT"]
+    _iptables("-N", _FIREWALL)  # exists already where kubelet ran: then this fails, harmlessly
+    res = _iptables("-I", _FIREWALL, "1", *accept)
+    if res.returncode != 0:
+        raise AssertionError(f"iptables -I {_FIREWALL} failed: {res.stderr.strip()} (the tests run as root)")
+    try:
+        yield
+    finally:
+        _iptables("-D", _FIREWALL, *accept)
+
+
 @contextlib.contextmanager
 def off_node_addresses(count: int) -> Iterator[list[str]]:
     """``count`` addresses on the loopback interface that are not loopback addresses, removed after.
@@ -49,7 +82,8 @@ def off_node_addresses(count: int) -> Iterator[list[str]]:
         for address in addresses:
             _ip("addr", "add", f"{address}/32", "dev", "lo")
             added.append(address)
-        yield addresses
+        with _accept_in_kube_firewall(f"198.{_RANGE_SECOND_OCTET}.{third}.0/24"):
+            yield addresses
     finally:
         for address in added:
             with contextlib.suppress(AssertionError):
