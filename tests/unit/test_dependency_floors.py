@@ -5,14 +5,14 @@ floor would install a wheel whose ``gpushare`` fails at import."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.harness.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 STUBS = sorted(p for p in REPO.glob("*/_pb/*.py") if not p.name.startswith("__"))
@@ -62,12 +62,7 @@ def test_protobuf_floor_and_ceiling_are_what_the_stubs_accept() -> None:
 
 
 def _lane() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lowest_deps", REPO / "hack" / "lowest_deps.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("lowest_deps", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "hack" / "lowest_deps.py", "lowest_deps")
 
 
 lane = _lane()

@@ -7,23 +7,18 @@ than skips, since a floor nobody can install is exactly what it is here to catch
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.harness.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _lane() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lowest_deps", REPO / "hack" / "lowest_deps.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("lowest_deps", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "hack" / "lowest_deps.py", "lowest_deps")
 
 
 # The install, the wheel build and the two tiers at -n 2: a few minutes while `make test`'s other
