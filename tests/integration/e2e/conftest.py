@@ -214,6 +214,19 @@ def _clean(c: Cluster) -> None:
     shadows = "gpushare.k8s.io/role=shadow"
     c.kubectl("delete", "pods", "-n", "gpushare-system", "-l", shadows, "--wait=true", "--timeout=60s", check=False)
 
+    # The next test starts from a node that offers no slot: until the node's allocatable says the
+    # deleted shadows' slots are gone, the scheduler may bind a new sharer on them and kubelet then
+    # refuses it ("no healthy devices"), which is the node catching up, not what a test is about.
+    def no_slots() -> bool:
+        allocatable = (c.node().get("status") or {}).get("allocatable") or {}
+        return all(
+            v in ("0", 0)
+            for k, v in allocatable.items()
+            if k.startswith(("gpushare/share-gpu-", "gpushare/share-dev-gpu-"))
+        )
+
+    c.wait_for("no share slot left on the node after the test's shadows went", no_slots, 60)
+
 
 @pytest.fixture(scope="package")
 def prometheus(env: Env) -> Iterator[PrometheusServer]:
