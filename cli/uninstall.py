@@ -80,6 +80,13 @@ def prepare(
     with _client(kubeconfig) as client:
         try:
             asked = client.get_namespace_annotations(namespace).get(keys.ANNOTATION_UNINSTALL)
+            if asked is not None and asked != keys.UNINSTALL_EVICT:
+                # A misspelt choice must not evict, and must not pass unseen either.
+                typer.echo(
+                    f"gpushare uninstall: namespace {namespace}: {keys.ANNOTATION_UNINSTALL}={asked!r} is not "
+                    f"{keys.UNINSTALL_EVICT!r}; nothing is evicted",
+                    err=True,
+                )
             evict = evict or asked == keys.UNINSTALL_EVICT
             found = _find(client)
             if found and evict:

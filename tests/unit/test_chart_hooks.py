@@ -197,3 +197,43 @@ def test_no_hook_pod_matches_an_agent_daemonsets_selector() -> None:
     for labels in pods:
         for selector in selectors:
             assert not selector.items() <= labels.items(), (selector, labels)
+
+
+class _AnnotatedRecorder(_Recorder):
+    """The installation's namespace carries an uninstall annotation of ``value``; one sharer runs."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__()
+        self.value = value
+
+    def call_api(self, method: str, path: str, query: dict[str, list[str]], **kw: Any) -> Any:
+        response = super().call_api(method, path, query, **kw)
+        if method == "GET" and path == f"/api/v1/namespaces/{NAMESPACE}":
+            meta = {"name": NAMESPACE, "annotations": {keys.ANNOTATION_UNINSTALL: self.value}}
+            response._body = json.dumps({"metadata": meta}).encode()
+        elif method == "GET" and path == "/api/v1/pods":
+            pod = {
+                "metadata": {"namespace": "team-a", "name": "s", "uid": "u"},
+                "spec": {
+                    "nodeName": "n",
+                    "containers": [{"name": "c", "resources": {"requests": {"gpushare/share-gpu-4": "1"}}}],
+                },
+                "status": {"phase": "Running"},
+            }
+            response._body = json.dumps({"items": [pod], "metadata": {"resourceVersion": "1"}}).encode()
+        return response
+
+
+@pytest.mark.parametrize(("value", "evicts"), [("evict", True), ("evcit", False), ("", False)])
+def test_only_the_evict_annotation_evicts_and_another_value_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str, evicts: bool
+) -> None:
+    recorder = _AnnotatedRecorder(value)
+    monkeypatch.setattr(uninstall, "_client", lambda _kubeconfig: KubeClient(recorder))
+    with pytest.raises(typer.Exit):  # the sharer stays listed: the recorder never lets it go
+        uninstall.prepare(namespace=NAMESPACE, evict=False, timeout="0s", poll="0s", kubeconfig=None)
+    evictions = [r for r in recorder.requests if r[1].endswith("/eviction")]
+    assert bool(evictions) == evicts, recorder.requests
+    err = capsys.readouterr().err
+    assert (f"{keys.ANNOTATION_UNINSTALL}='{value}' is not 'evict'" in err) == (not evicts), err
+    assert "team-a/s on n" in err
