@@ -15,7 +15,7 @@ import signal
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from localcluster.component_config import (
     kubelet_config_doc,
     node_ready,
     scheduler_args,
+    scheduler_config_doc,
 )
 from localcluster.containerd import Containerd, ContainerdInstall, find_install
 from localcluster.cri import CriClient, CriError
@@ -243,6 +244,30 @@ class Cluster:
         """Stop kubelet by PID and start it again (new process, same root dir); wait for Ready."""
         self.stop_kubelet()
         self.start_kubelet(wait=True, timeout_s=timeout_s)
+
+    def restart_scheduler(self, settings: Mapping[str, Any] | None = None, timeout_s: float = 60.0) -> None:
+        """A new kube-scheduler process: with ``settings``, from a KubeSchedulerConfiguration made of
+        them (``scheduler_config_doc``); without, with the flags it starts with. Waits until it is ready."""
+        self._stop("kube-scheduler")
+        config = None
+        if settings is not None:
+            config = self.layout.root / "kube-scheduler.yaml"
+            config.write_text(yaml.safe_dump(scheduler_config_doc(self.layout, settings)))
+        self._spawn("kube-scheduler", scheduler_args(self.binaries, self.layout, self.ports, config))
+        self._wait("kube-scheduler ready", self._scheduler_ready, time.monotonic() + timeout_s)
+
+    def _scheduler_ready(self) -> bool:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its own self-signed serving certificate, on loopback
+        conn = http.client.HTTPSConnection("127.0.0.1", self.ports.scheduler, context=ctx, timeout=5)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
 
     def restart_containerd(self, timeout_s: float = 60.0) -> None:
         """A new containerd process over the same dirs; pods keep running; wait for the node Ready."""

@@ -14,6 +14,7 @@ Why some flags look the way they do:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -136,20 +137,36 @@ def controller_manager_args(binaries: Binaries, layout: Layout) -> list[str]:
     ]
 
 
-def scheduler_args(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
+def scheduler_args(binaries: Binaries, layout: Layout, ports: Ports, config: Path | None = None) -> list[str]:
     """The scheduler serves /metrics and /configz on loopback to anyone, as a cluster lets Prometheus
     scrape it: the scale benchmark reads its attempts, its client's rate-limiter wait and that
-    client's QPS and burst from there."""
-    return [
+    client's QPS and burst from there. ``config``: a KubeSchedulerConfiguration file
+    (``scheduler_config_doc``), which then holds the client and leader-election settings."""
+    argv = [
         str(binaries.kube_scheduler),
-        f"--kubeconfig={layout.kubeconfig_for('scheduler')}",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.scheduler}",
         f"--cert-dir={layout.root / 'scheduler-serving'}",
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/configz",
-        "--leader-elect=false",
         "--profiling=false",
     ]
+    if config is not None:
+        return [*argv, f"--config={config}"]
+    return [*argv, f"--kubeconfig={layout.kubeconfig_for('scheduler')}", "--leader-elect=false"]
+
+
+def scheduler_config_doc(layout: Layout, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration: ``settings`` (profiles, percentageOfNodesToScore, the client's
+    qps and burst) over what the flags set without one. With ``--config`` the scheduler ignores
+    ``--kubeconfig`` and ``--leader-elect``, so they are written here."""
+    client = {"kubeconfig": str(layout.kubeconfig_for("scheduler")), **(settings.get("clientConnection") or {})}
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        **settings,
+        "clientConnection": client,
+        "leaderElection": {"leaderElect": False},
+    }
 
 
 def kubelet_config_doc(layout: Layout, ports: Ports, cri_socket: Path) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from localcluster.component_config import kubeconfig_doc
 from localcluster.errors import ClusterError
 from localcluster.host import run_command
 from localcluster.images import PAUSE_IMAGE
-from localcluster.kwok import Kwok, sim_node_names
+from localcluster.kwok import Kwok, node_manifest, sim_node_names
 from tests.harness.worlds.sim_nodes import SimulatedNodeAgents
 
 AGENT_USER = "gpushare-scale-agent"
@@ -421,8 +421,17 @@ def process_usage(pid: int) -> ProcessUsage:
 class ScaleWorld:
     """kwok, simulated nodes, the agent and the node side over one running cluster; ``close()`` undoes all."""
 
-    def __init__(self, cluster: Cluster, side: Path, *, idle_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        side: Path,
+        *,
+        idle_s: float = 5.0,
+        node_manifest: Callable[[str], dict[str, Any]] = node_manifest,
+    ) -> None:
+        """``node_manifest``: each simulated node's Node object by name (8 fake GPUs by default)."""
         self.cluster = cluster
+        self._node_manifest = node_manifest
         self.side = side
         side.mkdir(parents=True, exist_ok=True)
         self.kwok = Kwok(cluster, side)
@@ -449,7 +458,7 @@ class ScaleWorld:
     def grow(self, nodes: int) -> None:
         """Up to ``nodes`` simulated nodes; the node side is restarted to take the new ones in."""
         names = sim_node_names(nodes)
-        self.kwok.add_nodes(names[len(self.nodes) :])
+        self.kwok.create_nodes([self._node_manifest(n) for n in names[len(self.nodes) :]])
         self.nodes = names
         if self.node_side is not None:
             self.node_side.stop()
