@@ -315,7 +315,9 @@ class _Node:
     applier: Applier
     # pod uid -> the rows kubelet would report for it
     allocated: dict[str, list[PodResourcesEntry]] = dataclasses.field(default_factory=dict)
-    seen: frozenset[tuple[str, str]] = frozenset()  # (uid, resourceVersion) of its pods at the last pass
+    # (uid, resourceVersion) of its pods at the last pass; None: pass it again whatever its pods are
+    # (an empty set would not do: a node whose last pod just went has exactly that).
+    seen: frozenset[tuple[str, str]] | None = frozenset()
     timers: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # the agent's state file
 
 
@@ -457,7 +459,7 @@ class SimulatedNodeAgents:
         if state.plugins.patches != pushed or settling:
             # A new list can admit sharers that were waiting for it, and a settle time ends with
             # no pod event to mark it: pass this node again next time.
-            state.seen = frozenset()
+            state.seen = None
             with self._again_lock:
                 self._again.add(state.cfg.node_name)
             self._wake.set()
