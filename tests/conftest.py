@@ -161,6 +161,7 @@ LANES = {
     "nvidia": "guests",
     "dra": "guests",
     "kube_oldest": "guests",
+    "replay": "guests",  # a 50-node slice of the GPU trace on the lane's own session cluster
 }
 
 

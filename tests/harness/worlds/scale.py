@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.replay.outcome import recorded_shadow
 from controller.core.pod_facts import PodRef
 from controller.io.kube_client import KubeClient
 from gpushare import keys
@@ -562,19 +563,11 @@ def check_sharers(sharers: list[dict[str, Any]], shadows: list[dict[str, Any]], 
         problems.append(f"{len(shadows) - len(by_key)} shadows share a name")
     users: dict[str, int] = {}
     for p in sharers:
-        name = p["metadata"]["name"]
-        owners = json.loads(_annotations(p).get(keys.ANNOTATION_SHADOW_OWNER) or "{}")
-        if len(owners) != 1:
-            problems.append(f"sharer {name} is recorded on {len(owners)} shadows, not 1")
-            continue
-        (key,) = owners
-        shadow = by_key.get(key)
-        if shadow is None:
-            problems.append(f"sharer {name} is recorded on {key}, which does not exist")
-            continue
-        if shadow["spec"].get("nodeName") != p["spec"].get("nodeName"):
-            problems.append(f"sharer {name} is on {p['spec'].get('nodeName')}, its shadow {key} elsewhere")
-        users[key] = users.get(key, 0) + 1
+        key, shadow, problem = recorded_shadow(p, by_key)
+        if problem:
+            problems.append(problem)
+        if shadow is not None:
+            users[key] = users.get(key, 0) + 1
     problems += [f"shadow {k} has {u} sharers, over its {n}" for k, u in sorted(users.items()) if u > n]
     need = -(-len(sharers) // n)
     if len(shadows) > need:

@@ -7,18 +7,5 @@ skips, naming the build command (`make kwok`).
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from localcluster.errors import ClusterUnavailable
-from localcluster.kwok import kwok_binary
 from tests.harness.cluster_fixture import cluster  # noqa: F401
-
-
-@pytest.fixture(scope="session")
-def kwok() -> Path:
-    try:
-        return kwok_binary()
-    except ClusterUnavailable as e:
-        pytest.skip(str(e))
+from tests.harness.kwok_fixture import kwok  # noqa: F401
