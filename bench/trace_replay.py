@@ -129,17 +129,23 @@ def replay_one(world: ReplayWorld, mode: Mode, *, seed: int, profile: str, arriv
     return outcome
 
 
+def family_scheduler(profile: str, *, dra: bool) -> dict[str, object]:
+    """The profile's settings for one family of nodes: on DRA nodes the share resources are DRA's and
+    are left out of scoring (bench/replay/scheduler.py)."""
+    return scheduler_settings(profile, vendor_resource=FAKE_RESOURCE, share_specs=() if dra else SHARE_SPECS)
+
+
 def run_modes(cluster: Cluster, args: argparse.Namespace, side: Path) -> list[RunOutcome]:
     nodes = node_slice(load_nodes(), args.nodes)
     out: list[RunOutcome] = []
     done = set()
     if args.resume and args.results.exists():
         done = {(r.mode, r.profile, r.seed, r.nodes) for r in read_runs(args.results)}
-    cluster.restart_scheduler(scheduler_settings(args.profile, vendor_resource=FAKE_RESOURCE, share_specs=SHARE_SPECS))
     for dra in (False, True):
         family = [m for m in args.modes if m.dra == dra]
         if not family:
             continue
+        cluster.restart_scheduler(family_scheduler(args.profile, dra=dra))
         with replay_world(cluster, side / ("dra" if dra else "deviceplugins"), nodes, dra=dra) as world:
             print(f"{len(nodes)} nodes, {sum(world.gpus.values())} GPUs ready; modes {', '.join(family)}", flush=True)
             for seed in args.seeds:

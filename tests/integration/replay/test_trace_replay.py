@@ -13,10 +13,8 @@ from pathlib import Path
 
 from bench.replay.modes import Mode
 from bench.replay.report import plot
-from bench.replay.scheduler import scheduler_settings
 from bench.replay.trace import draw_workload, gpu_capacity, load_nodes, load_pods, node_slice
-from bench.trace_replay import SHARE_SPECS, replay_one
-from localcluster.agent import FAKE_RESOURCE
+from bench.trace_replay import family_scheduler, replay_one
 from localcluster.cluster import Cluster
 from tests.harness.worlds.replay import replay_world
 
@@ -31,9 +29,9 @@ def test_a_slice_of_the_trace_replays_in_every_mode_and_every_invariant_holds(
     nodes = node_slice(load_nodes(), NODES)
     tasks = len(draw_workload(load_pods(), gpu_capacity(nodes), arrival=ARRIVAL, seed=SEED))
     outcomes = []
-    cluster.restart_scheduler(scheduler_settings("binpack", vendor_resource=FAKE_RESOURCE, share_specs=SHARE_SPECS))
     try:
         for dra in (False, True):
+            cluster.restart_scheduler(family_scheduler("binpack", dra=dra))
             with replay_world(cluster, tmp_path / f"dra-{dra}", nodes, dra=dra) as world:
                 for mode in (m for m in Mode if m.dra == dra):
                     outcome = replay_one(world, mode, seed=SEED, profile="binpack", arrival=ARRIVAL)
