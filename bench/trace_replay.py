@@ -31,8 +31,9 @@ Scheduler profiles (bench/replay/scheduler.py): ``default`` (kube-scheduler's sc
 
 Each run appends one JSON line to ``--results``; ``--report`` prints the table (mean and 95 %
 CI over seeds, GPUs saved against exclusive, the paper's figures) from that file and, with
-``--plot``, draws allocation ratio against arrival. A run of one mode at full size takes about
-5 to 10 minutes on a 2-core machine (docs/trace-replay.md has the measured times).
+``--plot``, draws allocation ratio against arrival. A device-plugin mode at full size takes
+about 5 minutes a run on a 2-core machine, a 100-node run under a minute; the DRA modes are run
+on a slice (docs/trace-replay.md has the measured times and why).
 
     make kwok helm && .venv/bin/python bench/trace_replay.py --modes exclusive,share-gpu --seeds 42-44
     .venv/bin/python bench/trace_replay.py --report --plot docs/img/trace-replay.png
