@@ -26,8 +26,9 @@ Modes, each with gpushare as it runs there (bench/replay/modes.py):
 A task that holds its GPUs by a ResourceClaim (every GPU task on DRA but the 1/N sharers, whose
 claim the scheduler makes) gets its claim created just before its pod, so it keeps its place.
 
-Scheduler profiles (bench/replay/scheduler.py): ``default`` (kube-scheduler's scoring) and
-``binpack`` (MostAllocated over CPU, memory and GPU resources, every node scored).
+Scheduler profiles (bench/replay/scheduler.py): ``default`` (kube-scheduler's scoring),
+``binpack`` (MostAllocated over CPU, memory and GPU resources, every node scored) and
+``gpu-binpack`` (MostAllocated over the GPU resources alone, every node scored).
 
 Each run appends one JSON line to ``--results``; ``--report`` prints the table (mean and 95 %
 CI over seeds, GPUs saved against exclusive, the paper's figures) from that file and, with

@@ -1,4 +1,4 @@
-"""The kube-scheduler configurations a replay runs under: plain data, the file the chart recommends.
+"""The kube-scheduler configurations a replay runs under, as plain data; docs/install.md recommends the best measured.
 
 - ``default``: kube-scheduler's own scoring (``NodeResourcesFit`` LeastAllocated on CPU and
   memory, which spreads pods, and the adaptive share of nodes scored: about 40 % at 1,200 nodes).
@@ -6,6 +6,9 @@
   over CPU, memory and the GPU resources (the vendor's and gpushare's share resources, weighted
   higher), and every feasible node scored (``percentageOfNodesToScore: 100``), so the fullest
   node wins rather than the fullest of the first few hundred found.
+- ``gpu-binpack``: the same, but MostAllocated over the GPU resources alone: nodes are filled by
+  their GPUs, and CPU and memory are left out of the score, so a node's last CPUs are not packed
+  away from the GPUs beside them.
 
 On DRA nodes ``gpushare/share-gpu-N`` is an extended resource backed by DRA, and scoring one makes
 NodeResourcesFit count the devices allocated for it on every node for every pod: in a full-size
@@ -25,7 +28,7 @@ from typing import Any
 
 from gpushare import keys
 
-PROFILES = ("default", "binpack")
+PROFILES = ("default", "binpack", "gpu-binpack")
 CLIENT = {"qps": 500, "burst": 1000}
 GPU_WEIGHT = 5
 
@@ -39,14 +42,11 @@ def scheduler_settings(profile: str, *, vendor_resource: str, share_specs: Seque
     if profile == "default":
         return settings
     gpu = [vendor_resource, *(keys.share_resource(keys.KIND_SHARE, n) for n in share_specs)]
+    host = [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}] if profile == "binpack" else []
     fit_args = {
         "scoringStrategy": {
             "type": "MostAllocated",
-            "resources": [
-                {"name": "cpu", "weight": 1},
-                {"name": "memory", "weight": 1},
-                *({"name": r, "weight": GPU_WEIGHT} for r in gpu),
-            ],
+            "resources": [*host, *({"name": r, "weight": GPU_WEIGHT} for r in gpu)],
         }
     }
     return {

@@ -89,7 +89,7 @@ def test_a_claim_asks_for_the_tasks_own_size_or_its_whole_gpus() -> None:
     assert request(Mode.SHARE, EIGHT) is None
 
 
-def test_binpack_scores_the_fullest_node_over_every_node_and_default_is_kubes_own(tmp_path: object) -> None:
+def test_the_packing_profiles_score_every_node_and_default_is_kubes_own(tmp_path: object) -> None:
     binpack = scheduler_settings("binpack", vendor_resource=VENDOR, share_specs=SPECS)
     assert binpack["percentageOfNodesToScore"] == 100
     (fit,) = binpack["profiles"][0]["pluginConfig"]
@@ -101,6 +101,13 @@ def test_binpack_scores_the_fullest_node_over_every_node_and_default_is_kubes_ow
         VENDOR,
         *(f"gpushare/share-gpu-{n}" for n in SPECS),
     }
+    gpu_only = scheduler_settings("gpu-binpack", vendor_resource=VENDOR, share_specs=SPECS)
+    (fit,) = gpu_only["profiles"][0]["pluginConfig"]
+    assert gpu_only["percentageOfNodesToScore"] == 100
+    assert [r["name"] for r in fit["args"]["scoringStrategy"]["resources"]] == [
+        VENDOR,
+        *(f"gpushare/share-gpu-{n}" for n in SPECS),
+    ]
     default = scheduler_settings("default", vendor_resource=VENDOR, share_specs=SPECS)
     assert set(default) == {"clientConnection"}
     with pytest.raises(ValueError, match="unknown scheduler profile 'tight'"):
@@ -112,14 +119,3 @@ def test_binpack_scores_the_fullest_node_over_every_node_and_default_is_kubes_ow
     assert doc["leaderElection"] == {"leaderElect": False}
     assert doc["clientConnection"]["kubeconfig"].endswith("scheduler.kubeconfig")
     assert doc["clientConnection"]["qps"] == 500
-
-
-def test_the_recommended_scheduler_file_is_the_binpack_profile_the_replay_measured() -> None:
-    import yaml  # noqa: PLC0415
-
-    from localcluster.paths import REPO  # noqa: PLC0415
-
-    doc = yaml.safe_load((REPO / "manifests" / "scheduler" / "kube-scheduler-binpack.yaml").read_text())
-    measured = scheduler_settings("binpack", vendor_resource="nvidia.com/gpu", share_specs=SPECS)
-    del measured["clientConnection"]  # the operator's own
-    assert doc == {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration", **measured}
