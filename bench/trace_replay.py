@@ -186,7 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"), help="e.g. 42-51 (default) or 42,43")
     parser.add_argument("--nodes", type=int, default=FULL, help=f"an even slice of the trace's nodes (default {FULL})")
     parser.add_argument("--arrival", type=float, default=1.3, help="GPU requests drawn, times the GPUs (default 1.3)")
-    parser.add_argument("--profile", choices=PROFILES, default="binpack", help="scheduler profile (default binpack)")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="default",
+        help="scheduler profile (default: kube-scheduler's own, the best measured)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"JSON lines, appended (default {RESULTS})")
     parser.add_argument("--report", action="store_true", help="print the table from --results and run nothing")
     parser.add_argument("--plot", type=Path, help="with --report: draw allocation against arrival here (PNG)")
