@@ -134,6 +134,10 @@ def replay_one(world: ReplayWorld, mode: Mode, *, seed: int, profile: str, arriv
 def family_scheduler(profile: str, *, dra: bool) -> dict[str, object]:
     """The profile's settings for one family of nodes: on DRA nodes the share resources are DRA's and
     are left out of scoring (bench/replay/scheduler.py)."""
+    if dra and profile == "gpu-binpack":
+        # With the DRA-backed resources left out, it would score a resource DRA nodes do not have.
+        raise ValueError("the gpu-binpack profile scores GPU extended resources, which DRA nodes do not carry; "
+                         "run the DRA modes with --profile default or binpack")  # fmt: skip
     return scheduler_settings(profile, vendor_resource=FAKE_RESOURCE, share_specs=() if dra else SHARE_SPECS)
 
 
@@ -200,6 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
+    try:
+        for dra in {m.dra for m in args.modes}:
+            family_scheduler(args.profile, dra=dra)
+    except ValueError as e:
+        parser.error(str(e))
     if args.report:
         try:
             return report(args)

@@ -119,3 +119,15 @@ def test_the_packing_profiles_score_every_node_and_default_is_kubes_own(tmp_path
     assert doc["leaderElection"] == {"leaderElect": False}
     assert doc["clientConnection"]["kubeconfig"].endswith("scheduler.kubeconfig")
     assert doc["clientConnection"]["qps"] == 500
+
+
+def test_gpu_binpack_is_refused_for_the_dra_modes_before_any_cluster_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.trace_replay import family_scheduler, main  # noqa: PLC0415
+
+    assert family_scheduler("gpu-binpack", dra=False)["percentageOfNodesToScore"] == 100
+    with pytest.raises(ValueError, match="DRA nodes do not carry"):
+        family_scheduler("gpu-binpack", dra=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--modes", "exclusive,dra-exact", "--profile", "gpu-binpack", "--results", "/nonexistent/runs.jsonl"])
+    assert exit_info.value.code == 2
+    assert "gpu-binpack profile scores GPU extended resources" in capsys.readouterr().err
