@@ -118,11 +118,15 @@ class Applier:
         store: Callable[[], StateStore | None] = lambda: None,
         node_name: str = "",
         capacity: LowerCapacity | None = None,
+        offered: Callable[[str, int], None] | None = None,
         created: Callable[[Mapping[str, Any]], None] = lambda _pod: None,
     ) -> None:
         self._client = client
         self._node_name = node_name  # the Node that RecordNodeEvent writes on
         self._capacity = capacity  # None: PublishCapacity has nothing to write with
+        # Told the Healthy count of every share list it sets: a rising one is published as soon as
+        # kubelet holds it (controller/share/count_catch_up.py).
+        self._offered = offered
         # Told each shadow as the API server stored it: the loop's shadow cache holds it before
         # its watch does (controller/io/pod_cache.py, ``PodCache.assume``).
         self._created = created
@@ -231,6 +235,8 @@ class Applier:
         self._plugins.set_devices(action.resource, [AdvertisedDevice(i, i not in sick) for i in action.ids])
         self._advertised[action.resource] = action.ids
         self._unhealthy[action.resource] = action.unhealthy
+        if self._offered is not None:
+            self._offered(action.resource, len(set(action.ids) - sick))
         if before is not None and len(action.ids) < len(before) and self._capacity is not None:
             # Devices that went without a drain (a shadow deleted by hand, or gone): the scheduler
             # would offer them until kubelet's next node status, so publish the count at once.

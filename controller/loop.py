@@ -60,6 +60,7 @@ from controller.node_pass import NodePass, PassParts, plan_node
 from controller.pacing import Pacer
 from controller.report import TickReport, build_report, count_allocated, describe_node
 from controller.share.cluster_pass import ClusterPass, plan_cluster
+from controller.share.count_catch_up import CountCatchUp
 from controller.share.node_watch import NodeWatch
 from controller.share.placing import Placing
 from controller.share.shadow_drain import WRITE_BACK_SETTLE_S, published_counts
@@ -135,6 +136,10 @@ class ReconcileLoop:
         )
         # The pass's clock: the times it keeps are compared with the pass's ``now``.
         self._node_status = NodeWatch(client, cfg.node_name, resync_s=resync_s, clock=clock)
+        # Device-plugin nodes only: on a DRA node the share resources are DRA's, not kubelet's devices.
+        self._count_catch_up = (
+            None if cfg.dra.enabled else CountCatchUp(podresources.allocatable, self._node_status.catch_up)
+        )
         self._applier = Applier(
             client=client,
             plugins=plugins,
@@ -143,6 +148,7 @@ class ReconcileLoop:
             store=lambda: self._store,
             node_name=cfg.node_name,
             capacity=self._node_status.lower,
+            offered=self._count_catch_up.offered if self._count_catch_up is not None else None,
             created=self._shadows.assume,
         )
         self._cluster_started = False
@@ -163,6 +169,8 @@ class ReconcileLoop:
         self._stop = stop
         self._spawn("watch-node", self._node.run)
         self._spawn("watch-node-status", self._node_status.run)
+        if self._count_catch_up is not None:
+            self._spawn("count-catch-up", self._count_catch_up.run)
         if self._spot is not None:
             # Spot's lendable opt-in, from a watch: a LIST in the pass would be one per pod event.
             selector = f"{keys.LABEL_LENDABLE}=true"
@@ -417,7 +425,13 @@ class ReconcileLoop:
                 for c in s.facts.containers
                 if c.name == keys.SHADOW_CONTAINER and c.container_id
             }
-            snap = dataclasses.replace(snap, shadow_device_nodes=self._shadow_devices.observed(mains))
+            # Not reported by kubelet yet: the NRI plugin's word for that very pod (its uid) stands.
+            early = self._shadow_devices.started({s.ref.key: s.ref.uid for s in here if s.ref.key not in mains})
+            snap = dataclasses.replace(
+                snap,
+                shadow_device_nodes={**self._shadow_devices.observed(mains), **early},
+                shadows_started=frozenset(early),
+            )
         if self._spot is None:
             return snap
         # Container IDs of the pods as the pass read them: a pod it cannot read has none to look up.

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpushare import keys, rules
 from gpushare.config import Config
@@ -35,6 +36,8 @@ from nri_plugin.errors import OracleUnavailable
 from nri_plugin.gpu_parts import NodeGpuParts
 from nri_plugin.model import Bundle, ContainerInfo, PodInfo
 from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState, PodRules
+
+SOURCE_POLL_S = 0.005  # between looks for a shadow's container while a sharer's start waits for it
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class Injector:
         gpu_parts: NodeGpuParts | None = None,
         on_decision: OnDecision | None = None,
         on_refusal: Callable[[str], None] | None = None,
-        on_shadow_started: Callable[[str, str, int], None] | None = None,
+        on_shadow_started: Callable[[str, str, int, str], None] | None = None,
         keep_timings: int = 100_000,
     ) -> None:
         self.gpu_parts = gpu_parts if gpu_parts is not None else NodeGpuParts.from_config(config)
@@ -82,8 +85,8 @@ class Injector:
         self._pod_rules = pod_rules
         self._on_decision = on_decision
         self._on_refusal = on_refusal  # gets the refusal's reason word (gpushare.errors.REFUSAL_REASONS)
-        # Gets ("ns/name", container ID, pid) of each shadow's main container once it runs: whether the container
-        # stack really gave it its GPU can only be seen in the running container (docs/nvidia.md).
+        # Gets ("ns/name", container ID, pid, pod uid) of each shadow's main container once it runs: whether
+        # the container stack really gave it its GPU can only be seen in the running container (docs/nvidia.md).
         self._on_shadow_started = on_shadow_started
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
 
@@ -188,7 +191,29 @@ class Injector:
             and container.name == keys.SHADOW_CONTAINER
             and rules.is_shadow(pod.namespace, dict(pod.labels))
         ):
-            self._on_shadow_started(f"{pod.namespace}/{pod.name}", container.id, container.pid)
+            self._on_shadow_started(f"{pod.namespace}/{pod.name}", container.id, container.pid, pod.uid)
+
+    def wait_for_sources(
+        self, shadows: Sequence[tuple[str, str]], *, timeout_s: float, stop: threading.Event | None = None
+    ) -> str:
+        """Wait until this plugin has seen the main container of each shadow (namespace, name) created:
+        "" then, else after ``timeout_s`` why not. The share plugins' PreStartContainer waits here, so
+        a sharer's container is created only once its source is (docs/nri.md)."""
+        deadline = time.monotonic() + timeout_s
+        pause = stop if stop is not None else threading.Event()
+        while True:
+            view = self.cache.view
+            missing = [
+                f"{ns}/{name}" for ns, name in shadows if view.container_of(ns, name, keys.SHADOW_CONTAINER) is None
+            ]
+            if not missing:
+                return ""
+            if time.monotonic() >= deadline or pause.is_set():
+                return (
+                    f"gpushare: the container of shadow {', '.join(missing)} is not created {timeout_s:g}s after its "
+                    "slot was allocated; kubelet retries the sharer's container"
+                )
+            pause.wait(SOURCE_POLL_S)
 
     def handler_times_ms(self) -> list[float]:
         """Durations of CreateContainer handlers so far (benchmarks report p50/p99)."""

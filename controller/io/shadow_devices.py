@@ -6,11 +6,15 @@ container a GPU at all, and a runtime that adds the GPU does so after the NRI pl
 container (docs/nvidia.md). So the only place to see it is the running container: the character
 devices under ``/proc/<pid>/root/dev`` (and ``dev/dri``) once NRI says the container started.
 
-The NRI plugin calls ``note(shadow, container_id, pid)`` (PostStartContainer, and Synchronize's
-running containers after a restart); the loop reads ``observed()`` each pass and uses an entry only
-for the container kubelet reports as that shadow's ``main`` now, so a reading of an earlier shadow
-of the same name, or of an earlier container of it, is never taken for the current one. Reading is
-a few ``scandir`` calls; a container that exited before it was read is simply not observed.
+The NRI plugin calls ``note(shadow, container_id, pid, uid)`` (PostStartContainer, and
+Synchronize's running containers after a restart); the loop reads ``observed()`` each pass and uses
+an entry only for the container kubelet reports as that shadow's ``main`` now, so a reading of an
+earlier shadow of the same name, or of an earlier container of it, is never taken for the current
+one. Until kubelet reports the container at all (its pod status follows the start by up to a
+second: PLEG's relist), ``started()`` takes the reading of the pod with the shadow's uid: the
+first container of that very pod, which is what lets its slots be offered as it starts (the
+first sharer of a share key waits for them). Reading is a few ``scandir`` calls; a container that
+exited before it was read is simply not observed.
 """
 
 from __future__ import annotations
@@ -51,15 +55,18 @@ class ShadowDevices:
         self._proc_root = proc_root
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[str, tuple[str, ...]]] = {}  # shadow -> (container ID, its nodes)
+        self._uids: dict[str, str] = {}  # shadow -> the pod uid of the container last noted
 
-    def note(self, shadow: str, container_id: str, pid: int) -> None:
+    def note(self, shadow: str, container_id: str, pid: int, uid: str = "") -> None:
         nodes = device_nodes(pid, proc_root=self._proc_root)
         if not nodes and not os.path.exists(f"{self._proc_root}/{pid}"):
             return  # it exited before it could be read: nothing is known
         with self._lock:
             if len(self._seen) >= _MAX_SHADOWS and shadow not in self._seen:
-                self._seen.pop(next(iter(self._seen)))
+                self._uids.pop(oldest := next(iter(self._seen)), None)
+                self._seen.pop(oldest)
             self._seen[shadow] = (container_id, nodes)
+            self._uids[shadow] = uid
         log.info("shadow started", extra=kv(shadow=shadow, container=container_id[:12], device_nodes=len(nodes)))
 
     def observed(self, current: dict[str, str] | None = None) -> dict[str, tuple[str, ...]]:
@@ -69,8 +76,17 @@ class ShadowDevices:
             seen = dict(self._seen)
         return {k: nodes for k, (cid, nodes) in seen.items() if current is None or current.get(k) == cid}
 
+    def started(self, uids: dict[str, str]) -> dict[str, tuple[str, ...]]:
+        """Shadow -> its main container's nodes, for the shadows in ``uids`` (shadow -> pod uid, those
+        whose main container kubelet does not report yet) whose container was noted for that uid."""
+        with self._lock:
+            return {
+                k: self._seen[k][1] for k, uid in uids.items() if uid and k in self._seen and self._uids.get(k) == uid
+            }
+
     def keep_only(self, shadows: set[str]) -> None:
         """Forget shadows that are gone (the loop's list of this node's shadows)."""
         with self._lock:
             for key in [k for k in self._seen if k not in shadows]:
                 del self._seen[key]
+                self._uids.pop(key, None)

@@ -6,7 +6,13 @@ status, every ``nodeStatusUpdateFrequency``, writes the full count back; the sch
 not see it for longer than it takes this watch to show the write. So the pass tells
 ``NodeWatch`` the counts it publishes (``hold``), and every Node event that shows one of them
 higher is answered from the watch thread with one merge-patch of ``nodes/status`` with the
-lower number. Both only ever lower a count; raising one stays kubelet's job.
+lower number.
+
+A count rises only through ``catch_up``: to what kubelet's device manager already holds, so
+that a sharer waiting for a new shadow's slots is placed without waiting for kubelet's node
+status (controller/share/count_catch_up.py). Every write, up or down, is made under one lock
+and read against the Node as this watch last showed it, with the agent's own last write laid
+over it: a lower that follows a catch-up sees the raised count even before the watch shows it.
 
 The Node the watch last showed is also what ``lower`` reads before it writes, so publishing
 costs no GET. Until the first LIST there is no Node to read: ``lower`` writes nothing, and the
@@ -23,7 +29,7 @@ from typing import Any, Protocol
 
 from controller.io.kube_client import WatchEvent
 from controller.io.list_watch import ListWatchLoop
-from controller.io.node_status import lower_fields
+from controller.io.node_status import catch_up_fields, lower_fields, merged
 from gpushare.errors import GpushareError
 from gpushare.log import kv
 
@@ -58,6 +64,8 @@ class NodeWatch(ListWatchLoop):
         self.resync_s = resync_s
         self._clock = clock
         self._lock = threading.Lock()
+        # Held across reading the Node and patching it: a lower and a catch-up never cross.
+        self._publish = threading.Lock()
         self._doc: Mapping[str, Any] | None = None  # the Node as the watch last showed it
         self._held: dict[str, int] = {}  # share resource -> the count the last pass publishes
         # share resource -> when (``clock``) the Node last stopped showing it above the held
@@ -88,9 +96,38 @@ class NodeWatch(ListWatchLoop):
 
     def lower(self, resource: str, count: int) -> bool:
         """Lower ``resource`` on the Node to ``count`` if the watch shows it higher; True if it wrote."""
-        with self._lock:
-            doc = self._doc
-        return doc is not None and self._write(doc, {resource: count})
+        with self._publish:
+            with self._lock:
+                doc = self._doc
+            return doc is not None and self._write(doc, {resource: count})
+
+    def catch_up(self, counts: Callable[[], Mapping[str, int]]) -> dict[str, int]:
+        """Raise share counts the Node shows lower to ``counts()``, evaluated under the publish lock;
+        the counts written (empty when none was lower, the Node is not listed yet, or the patch failed).
+
+        A resource held lower for a draining shadow is never raised.
+        """
+        with self._publish:
+            with self._lock:
+                doc, held = self._doc, set(self._held)
+            if doc is None:
+                return {}
+            wanted = {r: c for r, c in counts().items() if r not in held}
+            raise_to, problems = catch_up_fields(doc, wanted)
+            self._log_problems(problems)
+            if not raise_to:
+                return {}
+            try:
+                self._client.patch_node_status(self.node, raise_to)
+            except GpushareError as exc:
+                log.warning("cannot publish the share count", extra=kv(node=self.node, counts=wanted, error=str(exc)))
+                return {}
+            with self._lock:
+                if self._doc is doc:  # else the watch has shown a newer Node meanwhile
+                    self._doc = merged(doc, raise_to)
+        written = {r: int(c) for r, c in raise_to.get("allocatable", {}).items()}
+        log.info("share count published ahead of kubelet's node status", extra=kv(node=self.node, counts=written))
+        return written
 
     def relist(self) -> None:
         items, rv = self._client.list_node(self.node)
@@ -131,7 +168,11 @@ class NodeWatch(ListWatchLoop):
     def _enforce(self, doc: Mapping[str, Any]) -> None:
         """Kubelet (or anyone) wrote a held count back up: lower it again now, not at the next pass."""
         held = self.held()
-        if held and self._write(doc, held):
+        if not held:
+            return
+        with self._publish:
+            wrote = self._write(doc, held)
+        if wrote:
             log.info("share count written back; lowered again", extra=kv(node=self.node, counts=held))
 
     def _write(self, doc: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
@@ -145,8 +186,10 @@ class NodeWatch(ListWatchLoop):
         self._log_problems(problems)
         if not lower:
             return False
+        wrote = False
         try:
             self._client.patch_node_status(self.node, lower)
+            wrote = True
         except GpushareError as exc:
             # Kubelet's next status or the next pass brings another chance; the watch goes on.
             log.warning("cannot lower the share count", extra=kv(node=self.node, counts=dict(counts), error=str(exc)))
@@ -156,6 +199,8 @@ class NodeWatch(ListWatchLoop):
             at = self._clock()
             with self._lock:
                 self._lowered.update(dict.fromkeys(shown, at))
+                if wrote and self._doc is doc:
+                    self._doc = merged(doc, lower)
         return True
 
     def _log_problems(self, problems: list[str]) -> None:

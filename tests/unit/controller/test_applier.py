@@ -205,6 +205,30 @@ def test_a_publish_lowers_the_node_count_through_the_capacity_callable() -> None
     assert [c for c in peers.calls if c[0] == "lower"] == [("lower", "n1", "gpushare/share-gpu-4", 4)]
 
 
+def test_every_share_list_tells_the_catch_up_its_healthy_count_before_a_lower_goes_out() -> None:
+    peers = Peers()
+    offered: list[tuple[str, int]] = []
+
+    def lower(resource: str, count: int) -> bool:
+        offered.append(("lower", count))
+        return True
+
+    a = Applier(
+        client=peers,
+        plugins=peers,
+        spot=None,
+        is_leader=lambda: True,
+        node_name="n1",
+        capacity=lower,
+        offered=lambda resource, healthy: offered.append((resource, healthy)),
+    )
+    a.apply(SetDevices("gpushare/share-gpu-4", ("s-0", "s-1", "s-2"), ("s-2",)), now=1.0)
+    a.apply(SetDevices("gpushare/share-gpu-4", ("s-0", "s-1", "s-2"), ("s-2",)), now=2.0)  # unchanged: not told
+    a.apply(SetDevices("gpushare/share-gpu-4", ("s-0",)), now=3.0)
+    # The catch-up learns of the shorter list before the lower count is written.
+    assert offered == [("gpushare/share-gpu-4", 2), ("gpushare/share-gpu-4", 1), ("lower", 1)]
+
+
 def test_the_same_event_is_written_again_only_after_the_repeat_interval() -> None:
     peers = Peers()
     a = applier(peers)

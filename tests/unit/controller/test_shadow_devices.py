@@ -35,6 +35,20 @@ def test_the_character_devices_of_a_process_root_are_read_under_dev(tmp_path: Pa
     assert os.path.exists("/dev/null")
 
 
+def test_before_kubelet_reports_a_container_only_a_reading_of_that_very_pod_counts(tmp_path: Path) -> None:
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "root").symlink_to("/")
+    seen = ShadowDevices(proc_root=str(tmp_path))
+    seen.note("gpushare-system/s", "c-42", 42, "uid-1")
+    assert set(seen.started({"gpushare-system/s": "uid-1"})) == {"gpushare-system/s"}
+    # A shadow of the same name made again (another uid), or a pod whose uid is not known, is not it.
+    assert seen.started({"gpushare-system/s": "uid-2"}) == {}
+    assert seen.started({"gpushare-system/s": ""}) == {}
+    assert seen.started({"gpushare-system/other": "uid-1"}) == {}
+    seen.keep_only(set())
+    assert seen.started({"gpushare-system/s": "uid-1"}) == {}
+
+
 def test_a_shadow_whose_container_has_no_gpu_node_cannot_serve_a_sharer() -> None:
     pods = [shadow("s4", 4), shadow("t4", 4), shadow("u4", 4)]
     rows = [

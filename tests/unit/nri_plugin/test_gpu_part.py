@@ -158,11 +158,13 @@ def test_the_adjustment_carries_mounts_hooks_and_cdi_names_on_the_wire() -> None
     assert info.mounts == (LIBCUDA,) and info.hooks == bundle.hooks and info.cdi_devices == bundle.cdi_devices
 
 
-def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() -> None:
-    started: list[tuple[str, str, int]] = []
-    injector = Injector(load_config(None), on_shadow_started=lambda key, cid, pid: started.append((key, cid, pid)))
+def test_a_started_shadow_main_is_reported_with_its_pid_and_pod_uid_and_nothing_else_is() -> None:
+    started: list[tuple[str, str, int, str]] = []
+    injector = Injector(
+        load_config(None), on_shadow_started=lambda key, cid, pid, uid: started.append((key, cid, pid, uid))
+    )
     shadow_pod = nri_pb2.PodSandbox(
-        id="s", name="shadow-0", namespace=keys.DEFAULT_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
+        id="s", name="shadow-0", uid="u-1", namespace=keys.DEFAULT_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
     )
     tenant = nri_pb2.PodSandbox(id="t", name="web", namespace="team", labels={keys.LABEL_ROLE: keys.ROLE_SHADOW})
     injector.post_start_container(shadow_pod, nri_pb2.Container(id="c1", name=keys.SHADOW_CONTAINER, pid=41))
@@ -175,4 +177,4 @@ def test_a_started_shadow_main_is_reported_with_its_pid_and_nothing_else_is() ->
     stopped = nri_pb2.Container(id="c6", pod_sandbox_id="s", name="main", pid=45, state=nri_pb2.CONTAINER_STOPPED)
     injector.synchronize([shadow_pod], [running, stopped])
     key = f"{keys.DEFAULT_NAMESPACE}/shadow-0"
-    assert started == [(key, "c1", 41), (key, "c5", 44)]
+    assert started == [(key, "c1", 41, "u-1"), (key, "c5", 44, "u-1")]

@@ -1,4 +1,4 @@
-"""Publishing a leaving share count on the node: lowered at once, never raised, nothing else touched."""
+"""Publishing a share count on the node: lowered at once; raised only by the catch-up, to what kubelet holds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.io.node_status import lower_fields, patch_status
+from controller.io.node_status import catch_up_fields, lower_fields, merged, patch_status
 
 R = "gpushare/share-gpu-4"
 
@@ -61,3 +61,39 @@ def test_lower_fields_names_what_it_cannot_read_and_patches_only_what_shows_more
     assert lower_fields({"metadata": {}}, {R: 4}) == ({}, ["the Node has no status"])
     assert lower_fields(None, {R: 4}) == ({}, ["the Node has no status"])
     assert lower_fields({}, {}) == ({}, [])
+
+
+@pytest.mark.parametrize(
+    ("capacity", "allocatable", "count", "patch"),
+    [
+        (None, None, 4, {"allocatable": {R: "4"}, "capacity": {R: "4"}}),  # not published yet
+        ("0", "0", 4, {"allocatable": {R: "4"}, "capacity": {R: "4"}}),
+        ("8", "4", 8, {"allocatable": {R: "8"}}),  # capacity also counts Unhealthy slots: left
+        ("8", "8", 4, {}),  # never lowered here
+        ("4", "4", 4, {}),
+    ],
+)
+def test_a_catch_up_raises_allocatable_and_capacity_only_where_the_node_shows_less(
+    capacity: str | None, allocatable: str | None, count: int, patch: dict[str, Any]
+) -> None:
+    def shown(value: str | None) -> dict[str, str]:
+        return {"cpu": "2"} | ({R: value} if value is not None else {})
+
+    node = {"status": {"capacity": shown(capacity), "allocatable": shown(allocatable)}}
+    assert catch_up_fields(node, {R: count}) == (patch, [])
+
+
+def test_a_catch_up_leaves_an_odd_quantity_alone_and_names_it() -> None:
+    node = {"status": {"capacity": {R: "1k"}, "allocatable": {R: "2"}}}
+    patch, problems = catch_up_fields(node, {R: 4})
+    assert patch == {}
+    assert problems == [f"status.capacity[{R}] is '1k', not a whole count"]
+    assert catch_up_fields({}, {R: 4}) == ({}, ["the Node has no status"])
+
+
+def test_merged_lays_a_patch_over_the_node_and_keeps_the_rest() -> None:
+    node = {"metadata": {"name": "a"}, "status": {"capacity": {R: "0", "cpu": "2"}, "allocatable": {R: "0"}}}
+    out = merged(node, {"allocatable": {R: "4"}})
+    assert out["status"] == {"capacity": {R: "0", "cpu": "2"}, "allocatable": {R: "4"}}
+    assert out["metadata"] == {"name": "a"}
+    assert node["status"]["allocatable"] == {R: "0"}  # the original is not changed

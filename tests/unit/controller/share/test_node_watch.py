@@ -242,3 +242,40 @@ def test_the_time_kept_is_when_the_lowering_returned_not_when_the_event_came() -
     arrived = clock.now
     w.apply(WatchEvent("MODIFIED", node(rv="11", r="8")))
     assert w.lowered_at() == {R: arrived + 1.5}
+
+
+def raised(**counts: int) -> tuple[str, str, dict[str, Any]]:
+    fields = {{"r": R, "o": OTHER}[k]: str(v) for k, v in counts.items()}
+    return ("patch", "node-a", {"allocatable": fields, "capacity": fields})
+
+
+def test_a_catch_up_raises_only_what_the_node_shows_lower_and_never_a_held_count() -> None:
+    api = Api([node(r="0", o="0")])
+    w = watch(api)
+    assert w.catch_up(lambda: {R: 4}) == {}  # no Node seen yet: nothing written
+    w.relist()
+    w.hold({OTHER: 0})  # OTHER's shadow drains: its count stays down
+    assert w.catch_up(lambda: {R: 4, OTHER: 2}) == {R: 4}
+    assert api.patches() == [raised(r=4)]
+    assert w.catch_up(lambda: {R: 4}) == {}  # the watch has not shown the patch yet; the agent's write is laid over
+    assert api.patches() == [raised(r=4)]
+
+
+def test_a_lower_after_a_catch_up_sees_the_raised_count_before_the_watch_shows_it() -> None:
+    api = Api([node(r="0")])
+    w = watch(api)
+    w.relist()
+    w.catch_up(lambda: {R: 4})
+    assert w.lower(R, 0)  # slots withdrawn right after: the raised count must come down
+    assert api.patches() == [raised(r=4), lowered(r=0)]
+
+
+def test_a_refused_catch_up_is_logged_and_writes_nothing_else(caplog: pytest.LogCaptureFixture) -> None:
+    api = Api([node(r="0")])
+    w = watch(api)
+    w.relist()
+    api.fail_patch = ApiUnavailable("gpushare: PATCH answered 503; retrying in 1s")
+    assert w.catch_up(lambda: {R: 4}) == {}
+    assert "cannot publish the share count" in caplog.text
+    api.fail_patch = None
+    assert w.catch_up(lambda: {R: 4}) == {R: 4}  # the Node still shows 0: the next try writes
