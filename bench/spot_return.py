@@ -1,6 +1,6 @@
 """Spot return, measured on the product: the real agent process on the real one-node cluster.
 
-    .venv/bin/python bench/spot_return.py [--returns 200] [--sizes 1,4,16] [--minutes M] [--quick]
+    .venv/bin/python bench/spot_return.py [--returns 200] [--sizes 1,4,8,16] [--minutes M] [--quick]
         [--shape one-owner|owner-per-borrower] [--json OUT] [--agent-log FILE]
 
 What runs: a private one-node cluster (localcluster: etcd, kube-apiserver, scheduler,
@@ -13,7 +13,7 @@ agent where the kernel's notice enters it (the bridge's notice thread), and ever
 command the agent sends comes back here stamped with the agent's CLOCK_MONOTONIC (same host,
 same clock).
 
-Per size N (1, 4, 16) the owners are lendable and idle, so after the idle window (1 s here)
+Per size N (1, 4, 8, 16) the owners are lendable and idle, so after the idle window (1 s here)
 the agent lends their GPUs and watches their pid namespaces (``detect``). ``--shape``:
 
 - ``one-owner`` (default): one owner pod holds the N GPUs, as the product promises; each
@@ -45,8 +45,9 @@ Then, per return:
 
 Prints per N and latency: n, p50 with its 95 % bootstrap interval, p99 (bench/stats.py: n/a
 below 200 samples), max, beside the figures from before (docs/spot.md), plus each return's wall
-time and what a full ``--returns 200`` run over 1, 4, 16 would take. Goals (judged only with
-p99): dead p99 < 100 ms and released p99 < 120 ms at 16 borrowers. ``--minutes`` splits a
+time and what a full ``--returns 200`` run would take. Goals (judged only with p99, so with 200
+returns of that size): return -> owner released p99 < 100 ms at 8 borrowers and < 150 ms at 16,
+what an owner of a lent 8- or 16-GPU machine waits. ``--minutes`` splits a
 wall-time budget evenly over the sizes and runs as many returns as fit (at most ``--returns``).
 
 Needs root and the cluster binaries and images (``make kube-deps``). Brings up its own cluster
@@ -91,7 +92,7 @@ from tests.harness.worlds.spot import spot_settings  # noqa: E402
 from tests.integration.spot.trees import tree_script  # noqa: E402
 
 GPUS = 16
-SIZES = "1,4,16"
+SIZES = "1,4,8,16"
 RETURNS = 200
 QUICK_RETURNS = 2
 SHAPES = ("one-owner", "owner-per-borrower")
@@ -99,7 +100,8 @@ IDLE_WINDOW_S = 1.0
 POLL_S = 0.001  # the bench's cgroup poll period: its resolution for "dead"
 TASKS_PER_POD = 6  # pause + sh + 3 sleepers + the fork loop's shell
 OWNER_NS, SPOT_NS = "team", "spot"
-GOALS_AT_16 = {"dead": 100.0, "released": 120.0}
+# Borrowers -> the owner's release p99 (ms) it must stay under: what the owner of a lent machine waits.
+RELEASE_GOALS = {8: 100.0, 16: 150.0}
 # docs/spot.md, before the agent was measured as a process: (p50, largest of the runs) in ms.
 BEFORE = {
     1: "trees 2.95/29.1, containers 17.2/26.7",
@@ -887,14 +889,16 @@ def print_checks(results: dict[int, list[Return]]) -> None:
 
 def print_goals(results: dict[int, list[Return]]) -> bool:
     ok = True
-    for key, goal in GOALS_AT_16.items():
-        samples = [getattr(r, f"{key}_ms") for r in results.get(16, [])]
+    for n, goal in RELEASE_GOALS.items():
+        if n not in results:
+            continue
+        samples = [r.released_ms for r in results[n]]
         p99 = tail_percentile(samples, 99) if samples else None
         if p99 is None:
-            print(f"goal {key} p99 < {goal:.0f} ms at 16 borrowers: not judged (n={len(samples)} < 200)")
+            print(f"goal released p99 < {goal:.0f} ms at {n} borrowers: not judged (n={len(samples)} < 200)")
         else:
             verdict = "met" if p99 < goal else "MISSED"
-            print(f"goal {key} p99 < {goal:.0f} ms at 16 borrowers: {verdict} (p99 {p99:.2f} ms, n={len(samples)})")
+            print(f"goal released p99 < {goal:.0f} ms at {n} borrowers: {verdict} (p99 {p99:.2f} ms, n={len(samples)})")
             ok = ok and p99 < goal
     return ok
 
@@ -907,8 +911,9 @@ def print_walls(results: dict[int, list[Return]], setup_s: float) -> None:
             text = ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
             print(f"cycle wall time, {n:2d} borrowers: median {per_n[n]:.2f} s ({text}; medians in s)")
     if per_n:
-        full = setup_s + sum(RETURNS * per_n.get(n, max(per_n.values())) for n in (1, 4, 16))
-        print(f"estimate for --returns {RETURNS} over 1, 4, 16: {full / 60:.0f} min (setup {setup_s:.0f} s included)")
+        sizes = [int(n) for n in SIZES.split(",")]
+        full = setup_s + sum(RETURNS * per_n.get(n, max(per_n.values())) for n in sizes)
+        print(f"estimate for --returns {RETURNS} over {SIZES}: {full / 60:.0f} min (setup {setup_s:.0f} s included)")
 
 
 def main() -> int:

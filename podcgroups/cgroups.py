@@ -37,7 +37,7 @@ from podcgroups.paths import (
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROC_ROOT = "/proc"
 # Hierarchies that list a container's tasks, best first: the freezer one can also stop forks.
-_TASK_HIERARCHIES = ("freezer", "pids", "memory", "devices", "systemd")  # not cpu: ExitBoost moves tasks there
+_TASK_HIERARCHIES = ("freezer", "pids", "memory", "devices", "systemd")  # not cpu: ExitBoost writes weights there
 _V2_MARKER = "cgroup.controllers"  # only the unified hierarchy has it at its root
 
 

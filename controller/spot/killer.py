@@ -56,6 +56,9 @@ class KillOutcome:
     not_found: tuple[str, ...] = ()  # pods ("ns/name") with no pod cgroup on this node
     error: str = ""
     detail: str = ""
+    signalled_s: float = 0.0  # from the start until every pod had its first signal
+    boosted: int = 0  # CPU weights raised for the kill (podcgroups.exit_boost)
+    froze: bool = False  # a freezer was used (v2 without cgroup.kill, or v1 against a fork loop)
 
     @property
     def timed_out(self) -> bool:
@@ -188,7 +191,17 @@ class PodKiller:
         if report.signalled_none or (report.errors and report.unconfirmed and not report.timed_out):
             error, detail = ERROR_FAILED, "; ".join(report.errors) or "tasks listed but none could be signalled"
         outcome = KillOutcome(
-            action, started, report.took_s, report.signalled, report.remaining, tuple(not_found), error, detail
+            action,
+            started,
+            report.took_s,
+            report.signalled,
+            report.remaining,
+            tuple(not_found),
+            error,
+            detail,
+            report.signalled_s,
+            report.boosted,
+            report.froze,
         )
         return self._done(outcome, first)
 
@@ -202,6 +215,9 @@ class PodKiller:
             reason=outcome.action.reason,
             signalled=outcome.signalled,
             took_ms=round(outcome.took_s * 1000, 2),
+            signalled_ms=round(outcome.signalled_s * 1000, 2),
+            boosted=outcome.boosted,
+            froze=outcome.froze,
             not_found=",".join(outcome.not_found),
         )
         if error and not first:
@@ -228,6 +244,9 @@ class PodKiller:
             outcome.not_found,
             error,
             detail,
+            outcome.signalled_s,
+            outcome.boosted,
+            outcome.froze,
         )
 
 

@@ -52,6 +52,7 @@ from gpushare.log import kv
 from gpushare.rules import return_signal
 from podcgroups.cgroups import PROC_ROOT, CgroupIndex
 from podcgroups.pidns import PidnsCache
+from podcgroups.pod_kill import urgent
 
 log = logging.getLogger(__name__)
 
@@ -330,17 +331,22 @@ class SpotRuntime:
         ).start()
 
     def _return(self, pidns: int, at: float, target: ReturnTarget, first: frozenset[str]) -> None:
-        """Close the owner's spot devices, kill its borrowers, release the owner, then wake the pass."""
+        """Close the owner's spot devices, kill its borrowers, release the owner, then wake the pass.
+
+        At real-time priority up to the release (``podcgroups.pod_kill.urgent``): the node's daemons,
+        busy tearing down the containers this kills, otherwise keep the thread from a CPU for tens
+        of ms between the pods' last task and the owner's release."""
         outcome: KillOutcome | None = None
         released_at: float | None = None
         try:
-            try:
-                self._close_devices(target.real_ids)
-                if target.kill is not None:
-                    outcome = self.pod_killer.kill(target.kill, first=first)
-            finally:
-                self.bridge.queue_notice(pidns, at)  # before the release: a pass now cannot re-arm it
-                released_at = self._release(pidns, target)
+            with urgent():
+                try:
+                    self._close_devices(target.real_ids)
+                    if target.kill is not None:
+                        outcome = self.pod_killer.kill(target.kill, first=first)
+                finally:
+                    self.bridge.queue_notice(pidns, at)  # before the release: a pass now cannot re-arm it
+                    released_at = self._release(pidns, target)
             self._record(ReturnRecord(outcome, first, at, released_at, target.owner))
         finally:
             self._end_kill()

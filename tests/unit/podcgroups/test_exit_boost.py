@@ -1,41 +1,107 @@
-"""ExitBoost against real processes in real cgroups v1 (root): killed tasks run their exit at once."""
+"""ExitBoost: a killed pod and every cgroup above it get the highest CPU weight for the kill, and get theirs back."""
 
 from __future__ import annotations
 
-import os
+import threading
 from pathlib import Path
 
-import pytest
-
-from podcgroups.cgroups import CGROUP_ROOT
-from podcgroups.exit_boost import ExitBoost
-from tests.integration.spot.trees import CgroupTrees, skip_reason
-
-needs_cgroups = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason() or "ok")
+from podcgroups.cgroups import CgroupLayout, PodCgroup
+from podcgroups.exit_boost import V1_FILE, V1_MAX, V2_FILE, V2_MAX, ExitBoost, weight_files
+from podcgroups.paths import CgroupDriver, CgroupVersion
 
 
-def _cpu_cgroup(pid: int) -> str | None:
-    """The path of ``pid`` in the cpu hierarchy, from ``/proc/<pid>/cgroup`` (``2:cpu,cpuacct:/path``)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            return path
-    return None
+def _v2(tmp_path: Path, qos: str | None) -> tuple[PodCgroup, Path, Path]:
+    kubepods = tmp_path / "kubepods"
+    parent = kubepods / qos if qos else kubepods
+    pod = parent / "pod1"
+    pod.mkdir(parents=True)
+    for d, weight in {parent: "1", kubepods: "76", pod: "1"}.items():
+        (d / V2_FILE).write_text(f"{weight}\n")
+    layout = CgroupLayout(CgroupVersion.V2, CgroupDriver.CGROUPFS, tmp_path, (kubepods,))
+    return PodCgroup("1", layout, (pod,)), parent, kubepods
 
 
-@needs_cgroups
-def test_exit_boost_moves_tasks_into_the_high_weight_cpu_cgroup() -> None:
+def test_a_besteffort_pod_and_every_cgroup_above_it_are_raised_and_restored(tmp_path: Path) -> None:
+    cg, qos, kubepods = _v2(tmp_path, "besteffort")
     boost = ExitBoost()
-    with CgroupTrees(1, children=1, forker=False) as trees:
-        pids = trees.all_pids()
-        assert boost.move([*pids, 999_999_999]) == len(pids)  # a pid that does not exist is skipped
-        for pid in pids:
-            assert _cpu_cgroup(pid) == f"/{ExitBoost.NAME}"
-        # The task hierarchies that decide "dead" are untouched by the move.
-        assert sorted(trees.cgroups[0].pids()) == sorted(pids)
-        shares = Path(CGROUP_ROOT, "cpu", ExitBoost.NAME, "cpu.shares").read_text().strip()
-        assert shares == str(ExitBoost.MAX_SHARES)
+    held = boost.raise_for([cg])
+    assert sorted(held) == sorted(d / V2_FILE for d in (cg.dirs[0], qos, kubepods))
+    assert {(d / V2_FILE).read_text() for d in (cg.dirs[0], qos, kubepods)} == {V2_MAX}
+    assert not (tmp_path / V2_FILE).exists()  # the hierarchy's root has no weight: nothing is written there
+    boost.restore(held)
+    assert [(d / V2_FILE).read_text() for d in (cg.dirs[0], qos, kubepods)] == ["1", "1", "76"]
+    assert boost.raised() == {}
 
 
-def test_exit_boost_without_a_cpu_hierarchy_does_nothing(tmp_path: Path) -> None:
-    assert ExitBoost(cgroup_root=str(tmp_path)).move([os.getpid()]) == 0
+def test_a_guaranteed_pod_right_below_kubepods_raises_itself_and_kubepods(tmp_path: Path) -> None:
+    cg, _, kubepods = _v2(tmp_path, None)
+    assert weight_files(cg) == [(cg.dirs[0] / V2_FILE, V2_MAX), (kubepods / V2_FILE, V2_MAX)]
+
+
+def test_two_kills_at_once_share_the_qos_cgroup_and_the_last_one_restores_it(tmp_path: Path) -> None:
+    cg, qos, _ = _v2(tmp_path, "besteffort")
+    other = qos / "pod2"
+    other.mkdir()
+    (other / V2_FILE).write_text("1\n")
+    second = PodCgroup("2", cg.layout, (other,))
+    boost = ExitBoost()
+    first_held = boost.raise_for([cg])
+    second_held = boost.raise_for([second])
+    boost.restore(first_held)
+    assert (qos / V2_FILE).read_text() == V2_MAX  # the second kill still runs
+    boost.restore(second_held)
+    assert (qos / V2_FILE).read_text() == "1"
+
+
+def test_a_weight_kubelet_wrote_meanwhile_is_left_as_kubelet_wrote_it(tmp_path: Path) -> None:
+    cg, qos, _ = _v2(tmp_path, "burstable")
+    boost = ExitBoost()
+    held = boost.raise_for([cg])
+    (qos / V2_FILE).write_text("39")  # kubelet's QoS manager, after a pod change
+    boost.restore(held)
+    assert (qos / V2_FILE).read_text() == "39"
+
+
+def test_v1_weights_are_the_cpu_hierarchys_shares_at_the_same_path(tmp_path: Path) -> None:
+    freezer_pod = tmp_path / "freezer" / "kubepods" / "besteffort" / "pod1"
+    cpu_pod = tmp_path / "cpu,cpuacct" / "kubepods" / "besteffort" / "pod1"
+    freezer_pod.mkdir(parents=True)
+    cpu_pod.mkdir(parents=True)
+    for d in (cpu_pod, cpu_pod.parent):
+        (d / V1_FILE).write_text("2\n")
+    kubepods = tmp_path / "freezer" / "kubepods"
+    layout = CgroupLayout(CgroupVersion.V1, CgroupDriver.CGROUPFS, tmp_path / "freezer", (kubepods,))
+    cg = PodCgroup("1", layout, (freezer_pod,))
+    boost = ExitBoost()
+    (tmp_path / "cpu,cpuacct" / V1_FILE).write_text("1024\n")  # the hierarchy's root
+    (cpu_pod.parent.parent / V1_FILE).write_text("2048\n")
+    held = boost.raise_for([cg])
+    assert sorted(held) == sorted([cpu_pod / V1_FILE, cpu_pod.parent / V1_FILE, cpu_pod.parent.parent / V1_FILE])
+    assert (cpu_pod / V1_FILE).read_text() == V1_MAX
+    assert (tmp_path / "cpu,cpuacct" / V1_FILE).read_text() == "1024\n"
+    boost.restore(held)
+    assert (cpu_pod.parent / V1_FILE).read_text() == "2"
+    assert (cpu_pod.parent.parent / V1_FILE).read_text() == "2048"
+
+
+def test_without_a_cpu_controller_nothing_is_raised_and_the_kill_goes_on(tmp_path: Path) -> None:
+    cg, _, _ = _v2(tmp_path, "besteffort")
+    for d in (cg.dirs[0], cg.dirs[0].parent, cg.dirs[0].parent.parent):
+        (d / V2_FILE).unlink()
+    assert ExitBoost().raise_for([cg]) == []
+
+
+def test_raise_and_restore_from_many_threads_leave_the_weights_as_they_were(tmp_path: Path) -> None:
+    cg, qos, _ = _v2(tmp_path, "besteffort")
+    boost = ExitBoost()
+
+    def kill() -> None:
+        for _ in range(50):
+            boost.restore(boost.raise_for([cg]))
+
+    threads = [threading.Thread(target=kill) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (qos / V2_FILE).read_text() == "1" and boost.raised() == {}

@@ -7,6 +7,7 @@ tasks are real child processes, so every SIGKILL and every death here is real.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 from podcgroups.cgroups import CgroupLayout, PodCgroup, detect_layout, find_pod_cgroup
 from podcgroups.exit_boost import ExitBoost
 from podcgroups.paths import CgroupDriver, CgroupVersion
-from podcgroups.pod_kill import PodKillReport, kill_pods
+from podcgroups.pod_kill import PodKillReport, kill_pods, urgent
 from tests.unit.podcgroups.cgroup_fixtures import GHOST_PID, FakeKernel, load_tree, materialize, running
 from tests.unit.podcgroups.podtrees import RealPods, cgroup2_root, skip_reason
 
@@ -52,7 +53,8 @@ def _all_killed(kernel: FakeKernel) -> bool:
 
 
 def _no_boost(tmp_path: Path) -> ExitBoost:
-    return ExitBoost(cgroup_root=str(tmp_path / "no-cpu-hierarchy"))
+    """A boost of the test's own: the recorded trees have no cpu weight files, so it raises nothing."""
+    return ExitBoost()
 
 
 @pytest.mark.parametrize(("tree", "uid"), [BESTEFFORT_V2, GUARANTEED_V2, RECORDED_V2])
@@ -179,8 +181,10 @@ def test_a_pod_without_tasks_and_a_gone_pod_are_empty_at_once(tmp_path: Path) ->
         used_cgroup_kill=False,  # nothing needed killing
         tasks_at_start=0,
         emptied_s=report.emptied_s,
+        signalled_s=report.signalled_s,
     )
     assert len(report.emptied_s) == 2 and not report.signalled_none
+    assert report.boosted == 0  # nothing was killed: nothing raised
 
 
 def test_an_unreadable_pod_cgroup_is_reported_and_the_others_still_killed(tmp_path: Path) -> None:
@@ -259,7 +263,7 @@ def test_real_v1_task_that_cannot_die_is_reported_at_the_bound() -> None:
         frozen_root = pods.hierarchies[0] / pods.kubelet_root / "freezer.state"
         frozen_root.write_text("FROZEN")
         try:
-            report = kill_pods(pods.pods(), timeout_s=0.2, exit_boost=ExitBoost(cgroup_root="/nonexistent"))
+            report = kill_pods(pods.pods(), timeout_s=0.2, exit_boost=ExitBoost())
         finally:
             frozen_root.write_text("THAWED")
         assert report.timed_out and sorted(report.remaining) == before
@@ -287,3 +291,16 @@ def test_containers_made_after_the_lookup_are_killed_too(tmp_path: Path, tree: s
     else:
         assert report.signalled >= 2  # cgroup.kill reaches every task below the pod without naming it
     assert _all_killed(kernel)
+
+
+def test_the_killing_thread_runs_at_real_time_priority_only_for_the_kill() -> None:
+    before = os.sched_getscheduler(0)
+    with urgent() as raised:
+        inside = os.sched_getscheduler(0)
+    assert os.sched_getscheduler(0) == before
+    if raised:
+        assert inside == os.SCHED_FIFO
+    else:  # not permitted here (no CAP_SYS_NICE): the kill runs at the thread's own priority
+        assert inside == before
+    kill_pods([], timeout_s=0.1)
+    assert os.sched_getscheduler(0) == before
