@@ -17,10 +17,18 @@ cgroup ends, its weight is written back, unless someone (kubelet) wrote another 
 The weight is the cpu controller's alone: nothing that decides "dead" (the task hierarchies
 on v1, ``cgroup.procs``/``populated`` on v2) moves. A node without a writable cpu controller
 for pods gets no boost and the kill goes on without it.
+
+An agent that dies during a kill must not leave ``kubepods`` at the highest weight (kubelet
+writes it only when it starts): every raise is noted with the weight it replaced in a journal
+(``/run/gpushare/exit-boost.json``, a tmpfs, so it goes with the cgroups at a reboot), and
+``recover`` puts back whatever it still shows raised, when the agent starts again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +40,7 @@ from podcgroups.paths import CgroupVersion
 V1_FILE, V1_MAX = "cpu.shares", "262144"  # the v1 maximum
 V2_FILE, V2_MAX = "cpu.weight", "10000"  # the v2 maximum
 _V1_CPU = ("cpu", "cpu,cpuacct")  # the cpu hierarchy's mount names below the v1 root
+JOURNAL = Path("/run/gpushare/exit-boost.json")
 
 
 @dataclass
@@ -44,9 +53,30 @@ class _Raised:
 class ExitBoost:
     """Raises and restores CPU weights; one per process, shared by every kill (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Path | None = None) -> None:
         self._lock = threading.Lock()
         self._raised: dict[Path, _Raised] = {}
+        self._journal = journal  # None: no journal (tests, tools); the agent's kills use JOURNAL
+
+    def recover(self) -> list[Path]:
+        """Put back the weights a kill of an earlier run of this process raised and never restored
+        (the journal), where they still show the raise; the weight files put back."""
+        if self._journal is None:
+            return []
+        try:
+            noted = json.loads(self._journal.read_text())
+        except (OSError, ValueError):
+            return []
+        restored: list[Path] = []
+        for path_text, (original, value) in sorted(noted.items()) if isinstance(noted, dict) else ():
+            path = Path(path_text)
+            with contextlib.suppress(OSError, TypeError):
+                if path.read_text().strip() == value:
+                    path.write_text(str(original))
+                    restored.append(path)
+        with contextlib.suppress(OSError):
+            self._journal.unlink()
+        return restored
 
     def raise_for(self, pods: Iterable[PodCgroup]) -> list[Path]:
         """Give these pods, and their QoS cgroups, the highest weight; the weight files now held
@@ -67,6 +97,7 @@ class ExitBoost:
                     continue  # no cpu controller there, or the pod is already gone
                 self._raised[path] = _Raised(1, original, value)
                 held.append(path)
+                self._write_journal()
         return held
 
     def restore(self, held: Sequence[Path]) -> None:
@@ -80,11 +111,25 @@ class ExitBoost:
                 if entry.holders > 0:
                     continue
                 del self._raised[path]
+                self._write_journal()
                 try:
                     if entry.original != entry.value and path.read_text().strip() == entry.value:
                         path.write_text(entry.original)
                 except OSError:
                     pass  # the pod's cgroup is gone with the pod: nothing to give back
+
+    def _write_journal(self) -> None:
+        """Under the lock: the weights raised now and what they replaced, or no journal when none is."""
+        if self._journal is None:
+            return
+        with contextlib.suppress(OSError):
+            if not self._raised:
+                self._journal.unlink(missing_ok=True)
+                return
+            self._journal.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._journal.with_suffix(".tmp")
+            tmp.write_text(json.dumps({str(p): [e.original, e.value] for p, e in self._raised.items()}))
+            os.replace(tmp, self._journal)
 
     def raised(self) -> dict[Path, str]:
         """Weight file -> the value it had before, for every weight raised now (status, tests)."""
@@ -112,4 +157,4 @@ def weight_files(cg: PodCgroup) -> list[tuple[Path, str]]:
     return out
 
 
-__all__ = ["ExitBoost", "weight_files"]
+__all__ = ["JOURNAL", "ExitBoost", "weight_files"]

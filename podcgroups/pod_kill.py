@@ -44,7 +44,7 @@ from pathlib import Path
 
 from podcgroups.cgroups import PodCgroup
 from podcgroups.errors import ProcessError
-from podcgroups.exit_boost import ExitBoost
+from podcgroups.exit_boost import JOURNAL, ExitBoost
 from podcgroups.files import (
     FREEZE,
     FREEZER_STATE,
@@ -64,7 +64,7 @@ RESCAN_S = 0.002  # v2: how often a still-populated pod is listed for tasks not 
 WALK_S = 0.01  # how often a pod's directories are walked for new containers (a fresh walk confirms "empty")
 FREEZE_TIMEOUT_S = 0.2  # v1: a task in D state can keep a cgroup FREEZING; then kill it unfrozen
 _POLL_S = 0.0005  # between looks at the pods; a kill normally ends in a few ms
-EXIT_BOOST = ExitBoost()  # the process's one: kills on several threads share its counts
+EXIT_BOOST = ExitBoost(JOURNAL)  # the process's one: kills on several threads share its counts
 
 
 @dataclass(frozen=True)

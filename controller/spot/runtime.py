@@ -52,7 +52,7 @@ from gpushare.log import kv
 from gpushare.rules import return_signal
 from podcgroups.cgroups import PROC_ROOT, CgroupIndex
 from podcgroups.pidns import PidnsCache
-from podcgroups.pod_kill import urgent
+from podcgroups.pod_kill import EXIT_BOOST, urgent
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,11 @@ class SpotRuntime:
         bridge = KmodBridge(unit=cfg.netlink_protocol, wake=wake, client_factory=factory)
         rt = cls(watcher, bridge, PodKiller(cgroup_root=cfg.spot.cgroup_root))
         rt.exporter_pods = exporter_pods
+        # A kill of the agent's previous run that it never finished left weights raised.
+        if restored := EXIT_BOOST.recover():
+            log.warning(
+                "spot: CPU weights left raised by an unfinished kill were put back", extra=kv(files=len(restored))
+            )
         holder.append(rt)
         return rt
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -105,3 +106,26 @@ def test_raise_and_restore_from_many_threads_leave_the_weights_as_they_were(tmp_
     for t in threads:
         t.join()
     assert (qos / V2_FILE).read_text() == "1" and boost.raised() == {}
+
+
+def test_a_kill_the_agent_never_finished_is_put_back_when_it_starts_again(tmp_path: Path) -> None:
+    cg, qos, kubepods = _v2(tmp_path, "besteffort")
+    journal = tmp_path / "run" / "exit-boost.json"
+    ExitBoost(journal).raise_for([cg])  # the agent dies here: nothing restores
+    assert journal.exists()
+    (qos / V2_FILE).write_text("7")  # kubelet wrote the QoS weight meanwhile: that one is kubelet's now
+    restored = ExitBoost(journal).recover()
+    assert sorted(restored) == sorted([cg.dirs[0] / V2_FILE, kubepods / V2_FILE])
+    assert (kubepods / V2_FILE).read_text() == "76" and (qos / V2_FILE).read_text() == "7"
+    assert not journal.exists()
+    assert ExitBoost(journal).recover() == []  # nothing left to do
+
+
+def test_the_journal_lists_only_what_is_raised_now(tmp_path: Path) -> None:
+    cg, _, _ = _v2(tmp_path, "besteffort")
+    journal = tmp_path / "exit-boost.json"
+    boost = ExitBoost(journal)
+    held = boost.raise_for([cg])
+    assert len(json.loads(journal.read_text())) == 3
+    boost.restore(held)
+    assert not journal.exists()
