@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from controller.applier import DevicePlugins
@@ -49,11 +49,6 @@ from nri_plugin import Injector, Stub
 from nri_plugin.gpu_parts import NodeGpuParts
 
 log = logging.getLogger(__name__)
-
-# How long a sharer's container start waits for its shadow's container to be created. A shadow's
-# slots are offered once kubelet gave it its GPU; its container normally follows within a second.
-# Below kubelet's own bound on the call (30 s), so kubelet hears why.
-SOURCE_WAIT_S = 20.0
 
 
 class NodeDevices(DevicePlugins, Protocol):
@@ -98,11 +93,7 @@ class Agent:
             if cfg.dra.enabled
             else None
         )
-        self.plugins: NodeDevices = (
-            self.dra
-            if self.dra is not None
-            else PluginManager.from_config(cfg, stop=self.stop, sources_ready=self._sharer_sources_ready)
-        )
+        self.plugins: NodeDevices = self.dra if self.dra is not None else PluginManager.from_config(cfg, stop=self.stop)
         self.podresources = PodResourcesClient(cfg.kubelet.pod_resources_socket)
         self.shadow_devices = ShadowDevices()
         self.injector = self._injector(cfg, spot_sources)
@@ -158,9 +149,12 @@ class Agent:
     def _on_nri_refusal(self, reason: str) -> None:
         self.metrics.count_nri_refusal(reason)
 
-    def _sharer_sources_ready(self, shadows: Sequence[tuple[str, str]]) -> str:
-        """A sharer's container may be created once its shadow's is (the share plugins' PreStartContainer)."""
-        return self.injector.wait_for_sources(shadows, timeout_s=SOURCE_WAIT_S, stop=self.stop)
+    def _shadow_created(self, shadow: str, uid: str) -> None:
+        """A shadow's main container is in the NRI plugin's cache: pass now, so its slots are offered."""
+        self.shadow_devices.note_created(shadow, uid)
+        loop = getattr(self, "loop", None)  # the NRI plugin is made before the loop
+        if loop is not None:
+            loop.wake()
 
     def _shadow_started(self, shadow: str, container_id: str, pid: int, uid: str) -> None:
         """A shadow's main container started: read its devices, and pass now, so its slots are offered
@@ -195,6 +189,7 @@ class Agent:
             on_decision=self._on_nri_decision,
             on_refusal=self._on_nri_refusal,
             on_shadow_started=self._shadow_started,
+            on_shadow_created=self._shadow_created,
         )
 
     def _node_pod(self, key: str) -> Mapping[str, Any] | None:

@@ -426,11 +426,11 @@ class ReconcileLoop:
                 if c.name == keys.SHADOW_CONTAINER and c.container_id
             }
             # Not reported by kubelet yet: the NRI plugin's word for that very pod (its uid) stands.
-            early = self._shadow_devices.started({s.ref.key: s.ref.uid for s in here if s.ref.key not in mains})
+            pending = {s.ref.key: s.ref.uid for s in here if s.ref.key not in mains}
             snap = dataclasses.replace(
                 snap,
-                shadow_device_nodes={**self._shadow_devices.observed(mains), **early},
-                shadows_started=frozenset(early),
+                shadow_device_nodes={**self._shadow_devices.observed(mains), **self._shadow_devices.started(pending)},
+                shadows_created=self._shadow_devices.created(pending),
             )
         if self._spot is None:
             return snap

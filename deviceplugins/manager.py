@@ -32,7 +32,7 @@ from typing import Any
 from deviceplugins import policies
 from deviceplugins._dirwatch import DirWatch
 from deviceplugins.errors import DevicePluginError, SocketReplaced
-from deviceplugins.plugins import SharePlugin, SourcesReady, SpotPlugin
+from deviceplugins.plugins import SharePlugin, SpotPlugin
 from deviceplugins.policies import AdvertisedDevice, ShadowSlots
 from deviceplugins.server import KUBELET_SOCKET_NAME, DevicePluginServer, socket_identity
 from deviceplugins.vendor import VendorWatch
@@ -225,38 +225,22 @@ class PluginManager:
         dev_share_specs: Iterable[int] = (2, 4, 8, 16),
         spot: bool = True,
         spot_sources: Mapping[str, str] | None = None,
-        sources_ready: SourcesReady | None = None,
         **kwargs: Any,
     ) -> PluginManager:
-        """share-gpu-N for each share spec, share-dev-gpu-N for each dev spec, and spot-gpu.
-
-        ``sources_ready``: the share plugins hold each sharer's container start until its shadow's
-        container is created (``SharePlugin``)."""
-        plugins: list[DevicePluginServer] = [
-            SharePlugin(keys.KIND_SHARE, n, plugin_dir, sources_ready=sources_ready) for n in share_specs
-        ]
-        plugins += [
-            SharePlugin(keys.KIND_SHARE_DEV, n, plugin_dir, sources_ready=sources_ready) for n in dev_share_specs
-        ]
+        """share-gpu-N for each share spec, share-dev-gpu-N for each dev spec, and spot-gpu."""
+        plugins: list[DevicePluginServer] = [SharePlugin(keys.KIND_SHARE, n, plugin_dir) for n in share_specs]
+        plugins += [SharePlugin(keys.KIND_SHARE_DEV, n, plugin_dir) for n in dev_share_specs]
         if spot:
             plugins.append(SpotPlugin(plugin_dir))
         return cls(plugins, plugin_dir, spot_sources=spot_sources, **kwargs)
 
     @classmethod
-    def from_config(
-        cls,
-        cfg: Config,
-        *,
-        spot_sources: Mapping[str, str] | None = None,
-        sources_ready: SourcesReady | None = None,
-        **kwargs: Any,
-    ) -> PluginManager:
+    def from_config(cls, cfg: Config, *, spot_sources: Mapping[str, str] | None = None, **kwargs: Any) -> PluginManager:
         return cls.for_gpushare(
             cfg.kubelet.device_plugin_dir,
             share_specs=cfg.share_specs,
             dev_share_specs=cfg.dev_share_specs,
             spot_sources=spot_sources,
-            sources_ready=sources_ready,
             **kwargs,
         )
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from deviceplugins import policies
-from deviceplugins.errors import DevicesRefused
 from deviceplugins.policies import AdvertisedDevice, Allocation
 from deviceplugins.server import DevicePluginServer
 from gpushare import keys
@@ -21,45 +20,13 @@ from gpushare.log import kv
 log = logging.getLogger(__name__)
 
 
-# Shadows (namespace, name) -> "" once each one's main container is created, else why not (it waits a
-# bounded time first). The agent's answers from its NRI plugin, which saw those containers created.
-SourcesReady = Callable[[Sequence[tuple[str, str]]], str]
-
-
 class SharePlugin(DevicePluginServer):
-    """``gpushare/share-gpu-N`` or ``gpushare/share-dev-gpu-N``: slots of shadow pods.
+    """``gpushare/share-gpu-N`` or ``gpushare/share-dev-gpu-N``: slots of shadow pods."""
 
-    A shadow's slots are offered as soon as kubelet has given it its GPU, before its container
-    runs, so that the first sharer's pod starts beside its shadow rather than after it. With
-    ``sources_ready`` the plugin asks kubelet for a PreStartContainer call and answers it only once
-    the shadow's container is created: the sharer's container takes its GPU from that container
-    (docs/nri.md), and kubelet waits here, in that pod's own worker, instead of failing the
-    create and retrying it after a back-off.
-    """
-
-    def __init__(
-        self, kind: str, spec: int, plugin_dir: str, *, sources_ready: SourcesReady | None = None, **kwargs: Any
-    ) -> None:
-        # A PreStartContainer waits on a worker of its own: leave room beside every slot's wait for
-        # the Allocate calls kubelet's admission makes one after another.
-        workers = kwargs.pop("unary_workers", 4) + (spec if sources_ready is not None else 0)
-        super().__init__(
-            keys.share_resource(kind, spec), plugin_dir, preferred_allocation=True, unary_workers=workers, **kwargs
-        )
+    def __init__(self, kind: str, spec: int, plugin_dir: str, **kwargs: Any) -> None:
+        super().__init__(keys.share_resource(kind, spec), plugin_dir, preferred_allocation=True, **kwargs)
         self.kind = kind
         self.spec = spec
-        self._sources_ready = sources_ready
-
-    @property
-    def pre_start_required(self) -> bool:
-        return self._sources_ready is not None
-
-    def pre_start(self, ids: Sequence[str]) -> None:
-        if self._sources_ready is None:
-            return
-        why = self._sources_ready(policies.shadows_of(ids))
-        if why:
-            raise DevicesRefused(self.resource, ids, why)
 
     def allocate(self, ids: Sequence[str]) -> Allocation:
         return policies.allocate_share(self.resource, ids, self.advertised())

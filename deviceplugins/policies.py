@@ -222,12 +222,6 @@ def allocate_share(resource: str, requested: Sequence[str], advertised: Mapping[
     return Allocation(annotations={keys.ANNOTATION_DEVICES_FROM: codecs.encode_devices_from(namespace, shadow, ids)})
 
 
-def shadows_of(ids: Sequence[str]) -> list[tuple[str, str]]:
-    """The shadows (namespace, name) whose slots ``ids`` are; an ID that is no slot names none."""
-    found = {(v.namespace, v.shadow) for i in ids if (v := parse_virtual_id_or_none(i)) is not None}
-    return sorted(found)
-
-
 def allocate_spot(
     resource: str,
     requested: Sequence[str],

@@ -182,16 +182,8 @@ class DevicePluginServer:
 
     def options(self) -> api_pb2.DevicePluginOptions:
         return api_pb2.DevicePluginOptions(
-            pre_start_required=self.pre_start_required, get_preferred_allocation_available=self.preferred_allocation
+            pre_start_required=False, get_preferred_allocation_available=self.preferred_allocation
         )
-
-    @property
-    def pre_start_required(self) -> bool:
-        """kubelet calls ``pre_start`` before it creates each container holding our devices."""
-        return False
-
-    def pre_start(self, ids: Sequence[str]) -> None:
-        """Return once a container holding ``ids`` may be created; raise ``DevicesRefused`` saying why not."""
 
     def allocate(self, ids: Sequence[str]) -> Allocation:
         raise NotImplementedError
@@ -429,18 +421,5 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def PreStartContainer(  # noqa: N802 (gRPC method name)
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreStartContainerResponse:
-        plugin = self._plugin
-        start = time.perf_counter()
-        ids = list(request.devices_ids)
-        try:
-            plugin.pre_start(ids)
-        except DevicesRefused as exc:
-            log.info("pre-start refused", extra=kv(decision="refuse", resource=plugin.resource, reason=str(exc)))
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if plugin.pre_start_required:
-            took_ms = round((time.perf_counter() - start) * 1000, 2)
-            log.info(
-                "pre-start",
-                extra=kv(decision="pre-start", resource=plugin.resource, ids=",".join(ids), took_ms=took_ms),
-            )
+        # pre_start_required is false: kubelet never calls this; answer politely if someone does.
         return api_pb2.PreStartContainerResponse()

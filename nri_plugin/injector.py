@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
 from gpushare import keys, rules
 from gpushare.config import Config
@@ -36,8 +35,6 @@ from nri_plugin.errors import OracleUnavailable
 from nri_plugin.gpu_parts import NodeGpuParts
 from nri_plugin.model import Bundle, ContainerInfo, PodInfo
 from nri_plugin.oracle import AllocationOracle, DeviceResolver, Holder, HolderOracle, LendState, PodRules
-
-SOURCE_POLL_S = 0.005  # between looks for a shadow's container while a sharer's start waits for it
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +68,7 @@ class Injector:
         on_decision: OnDecision | None = None,
         on_refusal: Callable[[str], None] | None = None,
         on_shadow_started: Callable[[str, str, int, str], None] | None = None,
+        on_shadow_created: Callable[[str, str], None] | None = None,
         keep_timings: int = 100_000,
     ) -> None:
         self.gpu_parts = gpu_parts if gpu_parts is not None else NodeGpuParts.from_config(config)
@@ -88,6 +86,9 @@ class Injector:
         # Gets ("ns/name", container ID, pid, pod uid) of each shadow's main container once it runs: whether
         # the container stack really gave it its GPU can only be seen in the running container (docs/nvidia.md).
         self._on_shadow_started = on_shadow_started
+        # Gets ("ns/name", pod uid) once a shadow's main container is in the cache: from then on a
+        # sharer's container can take its GPU from it, so its slots may be offered.
+        self._on_shadow_created = on_shadow_created
         self._timings_ms: collections.deque[float] = collections.deque(maxlen=keep_timings)
 
     # --- NRI events (the Stub derives the subscription mask from these method names) ---
@@ -106,6 +107,8 @@ class Injector:
         log.info("nri: synchronized", extra=kv(pods=len(view.pods), containers=len(view.containers)))
         by_id = {p.id: p for p in pods}
         for c in containers:
+            if c.pod_sandbox_id in by_id:
+                self._note_shadow_created(by_id[c.pod_sandbox_id], c)
             # Only a running one: a stopped container's pid may be another process's by now.
             if c.pod_sandbox_id in by_id and c.state == nri_pb2.CONTAINER_RUNNING:
                 self._note_shadow_start(by_id[c.pod_sandbox_id], c)
@@ -149,6 +152,7 @@ class Injector:
         # Remember the container as it will be created, so it can itself be a source (chains).
         # A container we gave devices to is a recipient: it may be a same-pod source, never a holder.
         self.cache.add(pod_info, convert.with_adjustment(info, added), recipient=decision is not None)
+        self._note_shadow_created(pod, container)
         took_ms = (time.perf_counter() - start) * 1000.0
         cpu_ms = (time.thread_time() - start_cpu) * 1000.0
         self._timings_ms.append(took_ms)
@@ -184,6 +188,14 @@ class Injector:
 
     # --- helpers ---
 
+    def _note_shadow_created(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> None:
+        if (
+            self._on_shadow_created is not None
+            and container.name == keys.SHADOW_CONTAINER
+            and rules.is_shadow(pod.namespace, dict(pod.labels))
+        ):
+            self._on_shadow_created(f"{pod.namespace}/{pod.name}", pod.uid)
+
     def _note_shadow_start(self, pod: nri_pb2.PodSandbox, container: nri_pb2.Container) -> None:
         if (
             self._on_shadow_started is not None
@@ -192,28 +204,6 @@ class Injector:
             and rules.is_shadow(pod.namespace, dict(pod.labels))
         ):
             self._on_shadow_started(f"{pod.namespace}/{pod.name}", container.id, container.pid, pod.uid)
-
-    def wait_for_sources(
-        self, shadows: Sequence[tuple[str, str]], *, timeout_s: float, stop: threading.Event | None = None
-    ) -> str:
-        """Wait until this plugin has seen the main container of each shadow (namespace, name) created:
-        "" then, else after ``timeout_s`` why not. The share plugins' PreStartContainer waits here, so
-        a sharer's container is created only once its source is (docs/nri.md)."""
-        deadline = time.monotonic() + timeout_s
-        pause = stop if stop is not None else threading.Event()
-        while True:
-            view = self.cache.view
-            missing = [
-                f"{ns}/{name}" for ns, name in shadows if view.container_of(ns, name, keys.SHADOW_CONTAINER) is None
-            ]
-            if not missing:
-                return ""
-            if time.monotonic() >= deadline or pause.is_set():
-                return (
-                    f"gpushare: the container of shadow {', '.join(missing)} is not created {timeout_s:g}s after its "
-                    "slot was allocated; kubelet retries the sharer's container"
-                )
-            pause.wait(SOURCE_POLL_S)
 
     def handler_times_ms(self) -> list[float]:
         """Durations of CreateContainer handlers so far (benchmarks report p50/p99)."""

@@ -383,7 +383,9 @@ class Stub:
                 raise DeadlineExceeded(
                     f"gpushare: containerd did not Configure and Synchronize within {self._timeout_s:.1f}s"
                 )
-        if not session.closed.is_set():
+        if self._synced.is_set() or not session.closed.is_set():
+            # Synchronized: the handshake is done, even if the runtime closed the connection right
+            # after (the serve loop then sees it closed, as any later close).
             return
         reason = session.reason or ConnectionClosed("gpushare: NRI connection closed during handshake")
         if self._configured.is_set() and not self._synced.is_set() and not isinstance(reason, ProtocolError):

@@ -310,9 +310,9 @@ class Snapshot:
     # Shadow ("ns/name") -> the character devices its running main container has (docs/nvidia.md);
     # a shadow not in it has not been seen running by this agent.
     shadow_device_nodes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Shadows whose main container this agent saw start before kubelet reported it (PLEG's
-    # relist lags the start by up to a second): they hold their GPU and serve their slots now.
-    shadows_started: frozenset[str] = frozenset()
+    # Shadows whose main container the NRI plugin holds (created) before kubelet reports it
+    # (PLEG's relist lags the start by up to a second): a sharer can take its GPU from it now.
+    shadows_created: frozenset[str] = frozenset()
 
     def shadows_on(self, node: str) -> list[ShadowPod]:
         return [s for s in self.shadows if s.node_name == node]

@@ -11,10 +11,13 @@ Synchronize's running containers after a restart); the loop reads ``observed()``
 an entry only for the container kubelet reports as that shadow's ``main`` now, so a reading of an
 earlier shadow of the same name, or of an earlier container of it, is never taken for the current
 one. Until kubelet reports the container at all (its pod status follows the start by up to a
-second: PLEG's relist), ``started()`` takes the reading of the pod with the shadow's uid: the
-first container of that very pod, which is what lets its slots be offered as it starts (the
-first sharer of a share key waits for them). Reading is a few ``scandir`` calls; a container that
-exited before it was read is simply not observed.
+second: PLEG's relist), ``started()`` takes the reading of the pod with the shadow's uid.
+
+The NRI plugin also calls ``note_created(shadow, uid)`` once the shadow's ``main`` is in its cache
+(CreateContainer): from then on a sharer's container can take its GPU from it, so ``created()``
+is what lets the node offer the shadow's slots before kubelet says it runs (the first sharer of a
+share key waits for them). Reading is a few ``scandir`` calls; a container that exited before it
+was read is simply not observed.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class ShadowDevices:
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[str, tuple[str, ...]]] = {}  # shadow -> (container ID, its nodes)
         self._uids: dict[str, str] = {}  # shadow -> the pod uid of the container last noted
+        self._created: dict[str, str] = {}  # shadow -> the pod uid whose main container the NRI plugin holds
 
     def note(self, shadow: str, container_id: str, pid: int, uid: str = "") -> None:
         nodes = device_nodes(pid, proc_root=self._proc_root)
@@ -76,6 +80,18 @@ class ShadowDevices:
             seen = dict(self._seen)
         return {k: nodes for k, (cid, nodes) in seen.items() if current is None or current.get(k) == cid}
 
+    def note_created(self, shadow: str, uid: str) -> None:
+        with self._lock:
+            if len(self._created) >= _MAX_SHADOWS and shadow not in self._created:
+                self._created.pop(next(iter(self._created)))
+            self._created[shadow] = uid
+        log.info("shadow created", extra=kv(shadow=shadow))
+
+    def created(self, uids: dict[str, str]) -> frozenset[str]:
+        """The shadows of ``uids`` (shadow -> pod uid) whose main container the NRI plugin holds."""
+        with self._lock:
+            return frozenset(k for k, uid in uids.items() if uid and self._created.get(k) == uid)
+
     def started(self, uids: dict[str, str]) -> dict[str, tuple[str, ...]]:
         """Shadow -> its main container's nodes, for the shadows in ``uids`` (shadow -> pod uid, those
         whose main container kubelet does not report yet) whose container was noted for that uid."""
@@ -90,3 +106,5 @@ class ShadowDevices:
             for key in [k for k in self._seen if k not in shadows]:
                 del self._seen[key]
                 self._uids.pop(key, None)
+            for key in [k for k in self._created if k not in shadows]:
+                del self._created[key]

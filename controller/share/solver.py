@@ -366,7 +366,6 @@ def plan_node_shares(
     held = frozenset(h.shadow_key for h in mapping.holdings)
     holding = {h.sharer.key for h in mapping.holdings}
     sick = unhealthy_shadows(shadows_here, mapping, snapshot.vendor_unhealthy, snapshot.shadow_device_nodes)
-    admitted = frozenset(h.pod.key for h in mapping.real)
     actions += [
         RecordEvent(
             s.ref, REASON_GPU_UNHEALTHY, f"{sick[s.ref.key]}: its share slots are advertised Unhealthy", "Warning"
@@ -380,7 +379,7 @@ def plan_node_shares(
             (s.key.kind, s.key.spec) == (kind, n) and s.holds_slots and s.ref.key not in holding
             for s in snapshot.sharers_on(node)
         )
-        running = [s for s in shadows_here if _serves(s, snapshot, admitted) and (s.key.kind, s.key.spec) == (kind, n)]
+        running = [s for s in shadows_here if _serves(s, snapshot) and (s.key.kind, s.key.spec) == (kind, n)]
         offered = [(s, virtual_ids_of(s.ref.namespace, s.ref.name, n)) for s in running]
         actions += plan_node_offer(resource, offered, held=held, waiting_for_admission=waiting, now=now, unhealthy=sick)
 
@@ -395,17 +394,18 @@ def plan_node_shares(
     return actions
 
 
-def _serves(shadow: ShadowPod, snapshot: Snapshot, admitted: frozenset[str]) -> bool:
-    """The shadow's slots are offered: it is alive here and holds its GPU, by kubelet's word.
+def _serves(shadow: ShadowPod, snapshot: Snapshot) -> bool:
+    """The shadow's slots are offered: kubelet reports it Running, or the NRI plugin holds its main
+    container (``Snapshot.shadows_created``), whichever comes first.
 
-    Not only once it runs: kubelet lists a pod's devices (PodResources) from its admission, and the
-    container follows in about half a second, which the first sharer would otherwise wait before
-    it is even placed. Its container start waits for the shadow's instead (``SharePlugin``).
+    Not only once kubelet reports it: that follows the container's start by up to a second (PLEG),
+    which the first sharer would wait before it is even placed. Not before its container is
+    created either: a sharer's container takes its GPU from it, and the NRI plugin refuses one
+    whose source does not exist yet (kubelet then retries only after a back-off).
     """
     if shadow.is_running:
         return True
-    here = shadow.facts.is_alive and bool(shadow.node_name)
-    return here and (shadow.ref.key in admitted or shadow.ref.key in snapshot.shadows_started)
+    return shadow.facts.is_alive and bool(shadow.node_name) and shadow.ref.key in snapshot.shadows_created
 
 
 def _shadow_gone_kills(

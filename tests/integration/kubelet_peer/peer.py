@@ -251,12 +251,6 @@ class KubeletPeer:
         assert len(resp.container_responses) == 1
         return resp.container_responses[0]
 
-    def pre_start(self, resource: str, ids: list[str], timeout_s: float = 5.0) -> None:
-        """kubelet's PreStartContainer, as it calls it before creating a container holding ``ids``."""
-        channel, stub = self._stub(resource)
-        with channel:
-            stub.PreStartContainer(api_pb2.PreStartContainerRequest(devices_ids=ids), timeout=timeout_s)
-
     def preferred(self, resource: str, available: list[str], must_include: list[str], size: int) -> list[str]:
         channel, stub = self._stub(resource)
         with channel:

@@ -11,9 +11,8 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -129,52 +128,6 @@ def test_allocate_share_annotation_exact_json(kubelet: KubeletPeer, managers: Fa
     }
     assert dict(resp.envs) == {} and list(resp.devices) == [] and list(resp.mounts) == []
     assert list(resp.cdi_devices) == []
-
-
-def test_a_sharers_start_waits_in_pre_start_until_its_shadows_container_exists(
-    kubelet: KubeletPeer, managers: Factory
-) -> None:
-    created: set[tuple[str, str]] = set()
-    asked: list[list[tuple[str, str]]] = []
-
-    def sources_ready(shadows: Sequence[tuple[str, str]]) -> str:
-        asked.append(list(shadows))
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            if set(shadows) <= created:
-                return ""
-            time.sleep(0.01)
-        return f"shadow {shadows[0][1]} has no container yet"
-
-    mgr = small(managers, sources_ready=sources_ready)
-    (reg,) = kubelet.wait_registrations(SHARE4, 1)
-    assert reg.options.pre_start_required is True
-    assert reg.options_rpc.pre_start_required is True
-    mgr.set_shadows([ShadowSlots(NS, "sh-a", 4)])
-    kubelet.wait_devices(SHARE4, lambda d: len(d) == 4)
-    # Not created within the wait: kubelet is told why, and retries the container later.
-    with pytest.raises(grpc.RpcError) as exc:
-        kubelet.pre_start(SHARE4, [f"{NS}/sh-a-1"])
-    assert exc.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "shadow sh-a has no container yet" in exc.value.details()
-    # Created while kubelet waits: the answer comes then, and the Allocate of another sharer, made by
-    # kubelet's admission meanwhile, is not held behind the wait.
-    answers: list[str] = []
-
-    def start_sharer() -> None:
-        try:
-            kubelet.pre_start(SHARE4, [f"{NS}/sh-a-2"])
-            answers.append("ok")
-        except grpc.RpcError as e:
-            answers.append(str(e.details()))
-
-    waiting = threading.Thread(target=start_sharer)
-    waiting.start()
-    assert dict(kubelet.allocate(SHARE4, [f"{NS}/sh-a-3"]).annotations)
-    created.add((NS, "sh-a"))
-    waiting.join(5)
-    assert answers == ["ok"]
-    assert asked == [[(NS, "sh-a")], [(NS, "sh-a")]]
 
 
 def test_allocate_unknown_ids_named(kubelet: KubeletPeer, managers: Factory) -> None:

@@ -49,6 +49,17 @@ def test_before_kubelet_reports_a_container_only_a_reading_of_that_very_pod_coun
     assert seen.started({"gpushare-system/s": "uid-1"}) == {}
 
 
+def test_a_shadow_counts_as_created_only_for_the_pod_uid_the_nri_plugin_saw() -> None:
+    seen = ShadowDevices()
+    seen.note_created("gpushare-system/s", "uid-1")
+    assert seen.created({"gpushare-system/s": "uid-1", "gpushare-system/t": "uid-9"}) == {"gpushare-system/s"}
+    assert seen.created({"gpushare-system/s": "uid-2"}) == frozenset()  # made again under the same name
+    assert seen.created({"gpushare-system/s": ""}) == frozenset()
+    assert seen.observed() == {}  # created is not started: no device reading yet
+    seen.keep_only(set())
+    assert seen.created({"gpushare-system/s": "uid-1"}) == frozenset()
+
+
 def test_a_shadow_whose_container_has_no_gpu_node_cannot_serve_a_sharer() -> None:
     pods = [shadow("s4", 4), shadow("t4", 4), shadow("u4", 4)]
     rows = [

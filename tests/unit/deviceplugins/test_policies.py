@@ -20,7 +20,6 @@ from deviceplugins.policies import (
     parse_static_shadow,
     prefer_share,
     prefer_spot,
-    shadows_of,
     share_devices,
     spot_devices,
 )
@@ -276,9 +275,3 @@ def test_allocate_fake_like_a_vendor() -> None:
 def test_allocate_fake_unknown() -> None:
     with pytest.raises(UnknownDevices, match="fakegpu9"):
         allocate_fake("example.com/gpu", ["fakegpu9"], adv(AdvertisedDevice("fakegpu0")), "/dev")
-
-
-def test_the_shadows_a_sharers_slots_belong_to_are_named_once_each() -> None:
-    ids = [f"{NS}/sh-b-1", f"{NS}/sh-a-0", f"{NS}/sh-a-3", "not-a-slot", "spot-GPU-1"]
-    assert shadows_of(ids) == [(NS, "sh-a"), (NS, "sh-b")]
-    assert shadows_of([]) == []

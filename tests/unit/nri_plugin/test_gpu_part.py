@@ -178,3 +178,16 @@ def test_a_started_shadow_main_is_reported_with_its_pid_and_pod_uid_and_nothing_
     injector.synchronize([shadow_pod], [running, stopped])
     key = f"{keys.DEFAULT_NAMESPACE}/shadow-0"
     assert started == [(key, "c1", 41, "u-1"), (key, "c5", 44, "u-1")]
+
+
+def test_a_shadow_main_in_the_cache_is_reported_created_with_its_pod_uid() -> None:
+    created: list[tuple[str, str]] = []
+    injector = Injector(load_config(None), on_shadow_created=lambda key, uid: created.append((key, uid)))
+    shadow_pod = nri_pb2.PodSandbox(
+        id="s", name="shadow-0", uid="u-1", namespace=keys.DEFAULT_NAMESPACE, labels={keys.LABEL_ROLE: keys.ROLE_SHADOW}
+    )
+    tenant = nri_pb2.PodSandbox(id="t", name="web", uid="u-2", namespace="team")
+    injector.create_container(tenant, nri_pb2.Container(id="c0", pod_sandbox_id="t", name=keys.SHADOW_CONTAINER))
+    injector.create_container(shadow_pod, nri_pb2.Container(id="c1", pod_sandbox_id="s", name="sidecar"))
+    injector.create_container(shadow_pod, nri_pb2.Container(id="c2", pod_sandbox_id="s", name=keys.SHADOW_CONTAINER))
+    assert created == [(f"{keys.DEFAULT_NAMESPACE}/shadow-0", "u-1")]

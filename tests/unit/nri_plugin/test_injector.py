@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 
 import pytest
@@ -248,20 +247,3 @@ def test_a_pod_not_read_yet_is_refused_only_where_gpushare_would_act() -> None:
     _shadow_setup(inj2)
     adj = inj2.create_container(_pod("tp", "tenant"), _ctr("ct", "app", "tp", dev=False, **ANN))
     assert [d.path for d in adj.linux.devices] == ["/dev/fakegpu0"]
-
-
-def test_a_sharers_start_waits_for_its_shadows_container_and_says_which_is_missing() -> None:
-    inj = Injector(load_config(None))
-    shadows = [("gpushare-system", "shadow-a")]
-    stopped = threading.Event()
-    stopped.set()  # the agent stops: the wait ends at once, naming what it waited for
-    why = inj.wait_for_sources(shadows, timeout_s=30.0, stop=stopped)
-    assert "the container of shadow gpushare-system/shadow-a is not created 30s after its slot" in why
-    assert "kubelet retries" in why
-    answer: list[str] = []
-    waiting = threading.Thread(target=lambda: answer.append(inj.wait_for_sources(shadows, timeout_s=30.0)))
-    waiting.start()
-    _shadow_setup(inj)  # the shadow's CreateContainer, seen while the sharer's start waits
-    waiting.join(10)
-    assert answer == [""]
-    assert inj.wait_for_sources([], timeout_s=0.0) == ""

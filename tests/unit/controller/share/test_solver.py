@@ -332,10 +332,10 @@ def test_device_lists_cover_every_configured_resource_from_running_shadows_here(
     assert lists["gpushare/share-gpu-2"] == ()
 
 
-def test_a_shadow_this_agent_saw_start_is_offered_before_kubelet_reports_it_running() -> None:
+def test_a_shadow_whose_container_the_nri_plugin_holds_is_offered_before_kubelet_reports_it_running() -> None:
     pods = [shadow("starting", 4, phase="Pending"), shadow("leaving", 4, phase="Pending", deleting=True)]
     s = dataclasses.replace(
-        snap(pods), shadows_started=frozenset({"gpushare-system/starting", "gpushare-system/leaving"})
+        snap(pods), shadows_created=frozenset({"gpushare-system/starting", "gpushare-system/leaving"})
     )
     lists = {
         a.resource: a.ids
@@ -346,18 +346,13 @@ def test_a_shadow_this_agent_saw_start_is_offered_before_kubelet_reports_it_runn
     assert lists["gpushare/share-gpu-4"] == tuple(f"gpushare-system/starting-{i}" for i in range(4))
 
 
-def test_a_shadow_kubelet_gave_its_gpu_is_offered_before_its_container_runs() -> None:
-    pods = [
-        shadow("admitted", 4, phase="Pending"),
-        shadow("waiting", 4, phase="Pending"),  # bound here, not admitted yet: kubelet lists nothing for it
-        shadow("leaving", 4, phase="Pending", deleting=True),
-    ]
-    rows = [
-        row("gpushare-system/admitted", "main", "nvidia.com/gpu", "GPU-1"),
-        row("gpushare-system/leaving", "main", "nvidia.com/gpu", "GPU-2"),
-    ]
+def test_a_shadow_kubelet_gave_its_gpu_is_not_offered_before_its_container_exists() -> None:
+    # A sharer's container takes its GPU from the shadow's: the NRI plugin would refuse it, and
+    # kubelet would retry only after a back-off.
+    pods = [shadow("admitted", 4, phase="Pending")]
+    rows = [row("gpushare-system/admitted", "main", "nvidia.com/gpu", "GPU-1")]
     lists = {a.resource: a.ids for a in node_plan(pods, rows) if isinstance(a, SetDevices)}
-    assert lists["gpushare/share-gpu-4"] == tuple(f"gpushare-system/admitted-{i}" for i in range(4))
+    assert lists["gpushare/share-gpu-4"] == ()
 
 
 def test_a_sharer_of_an_unserved_pool_bound_here_gets_the_warning_from_its_node() -> None:
