@@ -34,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from podcgroups.cgroups import PodCgroup
+from podcgroups.cgroups import CGROUP_ROOT, PodCgroup
+from podcgroups.errors import ExitBoostJournalError
 from podcgroups.paths import CgroupVersion
 
 V1_FILE, V1_MAX = "cpu.shares", "262144"  # the v1 maximum
@@ -58,25 +59,40 @@ class ExitBoost:
         self._raised: dict[Path, _Raised] = {}
         self._journal = journal  # None: no journal (tests, tools); the agent's kills use JOURNAL
 
-    def recover(self) -> list[Path]:
+    def recover(self, cgroup_root: Path = Path(CGROUP_ROOT)) -> list[Path]:
         """Put back the weights a kill of an earlier run of this process raised and never restored
-        (the journal), where they still show the raise; the weight files put back."""
-        if self._journal is None:
+        (the journal), where they still show the raise; the weight files put back.
+
+        Only a ``cpu.shares`` or ``cpu.weight`` file below ``cgroup_root`` is ever written; an entry
+        naming anything else, or a journal that is not one, raises ``ExitBoostJournalError``
+        naming what is wrong, after the journal is removed and nothing was written for it.
+        """
+        if self._journal is None or not self._journal.exists():
             return []
         try:
             noted = json.loads(self._journal.read_text())
-        except (OSError, ValueError):
-            return []
+        except (OSError, ValueError) as exc:
+            self._drop_journal()
+            raise ExitBoostJournalError(f"gpushare: {self._journal} is not a weight journal ({exc}); removed") from exc
+        entries, bad = _journal_entries(noted, cgroup_root)
         restored: list[Path] = []
-        for path_text, (original, value) in sorted(noted.items()) if isinstance(noted, dict) else ():
-            path = Path(path_text)
-            with contextlib.suppress(OSError, TypeError):
+        for path, original, value in entries:
+            with contextlib.suppress(OSError):
                 if path.read_text().strip() == value:
-                    path.write_text(str(original))
+                    path.write_text(original)
                     restored.append(path)
-        with contextlib.suppress(OSError):
-            self._journal.unlink()
+        self._drop_journal()
+        if bad:
+            raise ExitBoostJournalError(
+                f"gpushare: {self._journal} held {len(bad)} entries that are no raised CPU weight below "
+                f"{cgroup_root}, left alone: {'; '.join(bad[:3])}"
+            )
         return restored
+
+    def _drop_journal(self) -> None:
+        if self._journal is not None:
+            with contextlib.suppress(OSError):
+                self._journal.unlink()
 
     def raise_for(self, pods: Iterable[PodCgroup]) -> list[Path]:
         """Give these pods, and their QoS cgroups, the highest weight; the weight files now held
@@ -137,6 +153,25 @@ class ExitBoost:
             return {p: e.original for p, e in self._raised.items()}
 
 
+def _journal_entries(noted: object, cgroup_root: Path) -> tuple[list[tuple[Path, str, str]], list[str]]:
+    """(weight file, original, raised value) for each well-formed entry, and a description of each other."""
+    if not isinstance(noted, dict):
+        return [], [f"the journal is a {type(noted).__name__}, not an object"]
+    good: list[tuple[Path, str, str]] = []
+    bad: list[str] = []
+    for key, entry in sorted(noted.items()):
+        path = Path(str(key))
+        ok_entry = (
+            isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) and x.isdecimal() for x in entry)
+        )
+        below = path.is_absolute() and ".." not in path.parts and path.is_relative_to(cgroup_root)
+        if not (ok_entry and below and path.name in (V1_FILE, V2_FILE)):
+            bad.append(f"{str(key)[:120]!r}: {str(entry)[:40]}")
+            continue
+        good.append((path, entry[0], entry[1]))
+    return good, bad
+
+
 def weight_files(cg: PodCgroup) -> list[tuple[Path, str]]:
     """(weight file, highest value) of the pod's cgroup and of every cgroup above it, below the
     hierarchy's root (which has no weight), where they exist."""
@@ -157,4 +192,4 @@ def weight_files(cg: PodCgroup) -> list[tuple[Path, str]]:
     return out
 
 
-__all__ = ["JOURNAL", "ExitBoost", "weight_files"]
+__all__ = ["JOURNAL", "ExitBoost", "ExitBoostJournalError", "weight_files"]

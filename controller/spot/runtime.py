@@ -51,6 +51,7 @@ from gpushare.errors import GpushareError
 from gpushare.log import kv
 from gpushare.rules import return_signal
 from podcgroups.cgroups import PROC_ROOT, CgroupIndex
+from podcgroups.errors import ExitBoostJournalError
 from podcgroups.pidns import PidnsCache
 from podcgroups.pod_kill import EXIT_BOOST, urgent
 
@@ -215,10 +216,13 @@ class SpotRuntime:
         rt = cls(watcher, bridge, PodKiller(cgroup_root=cfg.spot.cgroup_root))
         rt.exporter_pods = exporter_pods
         # A kill of the agent's previous run that it never finished left weights raised.
-        if restored := EXIT_BOOST.recover():
-            log.warning(
-                "spot: CPU weights left raised by an unfinished kill were put back", extra=kv(files=len(restored))
-            )
+        try:
+            if restored := EXIT_BOOST.recover():
+                log.warning(
+                    "spot: CPU weights left raised by an unfinished kill were put back", extra=kv(files=len(restored))
+                )
+        except ExitBoostJournalError as exc:
+            log.error("spot: %s", exc)
         holder.append(rt)
         return rt
 

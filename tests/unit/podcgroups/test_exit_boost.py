@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
+import pytest
+
 from podcgroups.cgroups import CgroupLayout, PodCgroup
+from podcgroups.errors import ExitBoostJournalError
 from podcgroups.exit_boost import V1_FILE, V1_MAX, V2_FILE, V2_MAX, ExitBoost, weight_files
 from podcgroups.paths import CgroupDriver, CgroupVersion
 
@@ -114,11 +118,11 @@ def test_a_kill_the_agent_never_finished_is_put_back_when_it_starts_again(tmp_pa
     ExitBoost(journal).raise_for([cg])  # the agent dies here: nothing restores
     assert journal.exists()
     (qos / V2_FILE).write_text("7")  # kubelet wrote the QoS weight meanwhile: that one is kubelet's now
-    restored = ExitBoost(journal).recover()
+    restored = ExitBoost(journal).recover(tmp_path)
     assert sorted(restored) == sorted([cg.dirs[0] / V2_FILE, kubepods / V2_FILE])
     assert (kubepods / V2_FILE).read_text() == "76" and (qos / V2_FILE).read_text() == "7"
     assert not journal.exists()
-    assert ExitBoost(journal).recover() == []  # nothing left to do
+    assert ExitBoost(journal).recover(tmp_path) == []  # nothing left to do
 
 
 def test_the_journal_lists_only_what_is_raised_now(tmp_path: Path) -> None:
@@ -129,3 +133,28 @@ def test_the_journal_lists_only_what_is_raised_now(tmp_path: Path) -> None:
     assert len(json.loads(journal.read_text())) == 3
     boost.restore(held)
     assert not journal.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("not json", "is not a weight journal"),
+        ("[1, 2]", "the journal is a list"),
+        ('{"/etc/passwd": ["1", "10000"]}', "'/etc/passwd'"),  # not below the cgroup root
+        ('{"CG/kubepods/cpu.weight": "10000"}', "cpu.weight"),  # not an [original, raised] pair
+        ('{"CG/kubepods/../../x/cpu.weight": ["1", "10000"]}', ".."),
+        ('{"CG/kubepods/cgroup.procs": ["1", "10000"]}', "cgroup.procs"),
+    ],
+)
+def test_a_journal_that_is_no_weight_journal_is_refused_by_name_and_writes_nothing(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    _, _, kubepods = _v2(tmp_path, "besteffort")
+    (kubepods / V2_FILE).write_text(V2_MAX)
+    (kubepods / "cgroup.procs").write_text("10000")
+    journal = tmp_path / "exit-boost.json"
+    journal.write_text(text.replace("CG", str(tmp_path)))
+    with pytest.raises(ExitBoostJournalError, match=re.escape(named)):
+        ExitBoost(journal).recover(tmp_path)
+    assert (kubepods / V2_FILE).read_text() == V2_MAX and (kubepods / "cgroup.procs").read_text() == "10000"
+    assert not journal.exists()  # refused once, not at every start
