@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from localcluster.agent import FAKE_RESOURCE
+from localcluster.component_config import AGENT_USER
 from localcluster.pods import pod_manifest, sharer
 from tests.integration.e2e.conftest import IDLE_TIMEOUT_S, Env
 
@@ -49,7 +51,21 @@ def test_dind_pod_sees_its_gpu_in_both_containers(e2e: Env) -> None:
 
 def test_eight_sharers_two_shadows_ninth_pending_then_idle_shadow_goes(e2e: Env) -> None:
     names = [f"sharer-{i}" for i in range(8)]
+    created_at = datetime.now(UTC)
     e2e.start_pods([sharer(n) for n in names])
+    # Nothing drains or goes yet: a status write of its own Node can only be the agent publishing
+    # the new shadows' slots as soon as kubelet held them, ahead of kubelet's node status.
+    patches = [
+        line
+        for line in e2e.cluster.layout.audit_log.read_text().splitlines()
+        if line.strip()
+        and (entry := json.loads(line)).get("user", {}).get("username") == AGENT_USER
+        and datetime.fromisoformat(entry["requestReceivedTimestamp"]) >= created_at
+        and entry.get("verb") == "patch"
+        and (entry.get("objectRef") or {}).get("subresource") == "status"
+        and (entry.get("objectRef") or {}).get("resource") == "nodes"
+    ]
+    assert patches, "the agent never published the new shadows' share counts in its Node"
 
     shadows = e2e.shadows()
     assert len(shadows) == 2, [s["metadata"]["name"] for s in shadows]

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from podcgroups.cgroups import CgroupLayout, PodCgroup
+from podcgroups.cgroups import CGROUP_ROOT, CgroupLayout, PodCgroup
 from podcgroups.errors import ExitBoostJournalError
 from podcgroups.exit_boost import V1_FILE, V1_MAX, V2_FILE, V2_MAX, ExitBoost, weight_files
 from podcgroups.paths import CgroupDriver, CgroupVersion
+from tests.unit.podcgroups.podtrees import skip_reason
 
 
 def _v2(tmp_path: Path, qos: str | None) -> tuple[PodCgroup, Path, Path]:
@@ -158,3 +161,33 @@ def test_a_journal_that_is_no_weight_journal_is_refused_by_name_and_writes_nothi
         ExitBoost(journal).recover(tmp_path)
     assert (kubepods / V2_FILE).read_text() == V2_MAX and (kubepods / "cgroup.procs").read_text() == "10000"
     assert not journal.exists()  # refused once, not at every start
+
+
+@pytest.mark.skipif(bool(skip_reason(CgroupVersion.V1)), reason=skip_reason(CgroupVersion.V1) or "ok")
+def test_the_kernel_takes_the_raise_and_the_restore_in_real_v1_cgroups() -> None:
+    cpu_root = next(
+        (Path(CGROUP_ROOT, n) for n in ("cpu", "cpu,cpuacct") if Path(CGROUP_ROOT, n, V1_FILE).exists()), None
+    )
+    assert cpu_root is not None, f"no v1 cpu hierarchy under {CGROUP_ROOT}"
+    top = f"gs-boost-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    rel = Path(top, "kubepods", "besteffort", "pod1")
+    freezer = Path(CGROUP_ROOT, "freezer")
+    made = [freezer / rel, cpu_root / rel]
+    try:
+        for d in made:
+            d.mkdir(parents=True)
+        for level in (cpu_root / rel, cpu_root / rel.parent):
+            (level / V1_FILE).write_text("2")
+        layout = CgroupLayout(CgroupVersion.V1, CgroupDriver.CGROUPFS, freezer, (freezer / top / "kubepods",))
+        boost = ExitBoost()
+        held = boost.raise_for([PodCgroup("1", layout, (freezer / rel,))])
+        levels = [cpu_root / rel, cpu_root / rel.parent, cpu_root / top / "kubepods", cpu_root / top]
+        assert sorted(held) == sorted(d / V1_FILE for d in levels)
+        assert {(d / V1_FILE).read_text().strip() for d in levels} == {V1_MAX}  # as the kernel reports it
+        boost.restore(held)
+        assert [(d / V1_FILE).read_text().strip() for d in levels[:2]] == ["2", "2"]
+        assert [(d / V1_FILE).read_text().strip() for d in levels[2:]] == ["1024", "1024"]
+    finally:
+        for base in (freezer, cpu_root):
+            for d in sorted((base / top).glob("**/"), key=lambda x: -len(x.parts)):
+                d.rmdir()

@@ -158,9 +158,22 @@ def test_kill_pods_kills_every_task_of_runc_pods(runc: Runc, driver: CgroupDrive
 
     before = {pid: start_time(pid) for p in victims for pid in tasks_below(p.dir)}
     spared = {pid: start_time(pid) for pid in tasks_below(bystander.dir)}
+    # The CPU boost: every cgroup from each victim pod up to the top, as the kernel shows it.
+    boosted = sorted(
+        {
+            d / "cpu.weight"
+            for p in victims
+            for d in (p.dir, *p.dir.parents)
+            if d != CGROUP_ROOT and CGROUP_ROOT in d.parents
+        }
+    )
+    weights = {f: f.read_text().strip() for f in boosted}
     called = time.monotonic()
     report = kill_pods(handles, timeout_s=KILL_BOUND_S, use_cgroup_kill=method == "cgroup.kill")
     call_s = time.monotonic() - called
+    assert report.boosted == len(boosted), (report.boosted, [str(f) for f in boosted])
+    # Given back once the kill ended (the victims' own cgroups may be gone with them by then).
+    assert {f: f.read_text().strip() for f in boosted if f.exists()} == {f: w for f, w in weights.items() if f.exists()}
 
     assert not report.timed_out, f"tasks outlived the kill bound: {report.remaining}"
     assert report.errors == () and report.unconfirmed == (), report
