@@ -152,14 +152,14 @@ class Agent:
     def _shadow_created(self, shadow: str, uid: str) -> None:
         """A shadow's main container is in the NRI plugin's cache: pass now, so its slots are offered."""
         self.shadow_devices.note_created(shadow, uid)
-        loop = getattr(self, "loop", None)  # the NRI plugin is made before the loop
-        if loop is not None:
-            loop.wake()
+        self._wake_loop()
 
     def _shadow_started(self, shadow: str, container_id: str, pid: int, uid: str) -> None:
-        """A shadow's main container started: read its devices, and pass now, so its slots are offered
-        before kubelet's pod status says it runs."""
+        """A shadow's main container started: read its devices (a GPU-less one closes its slots)."""
         self.shadow_devices.note(shadow, container_id, pid, uid)
+        self._wake_loop()
+
+    def _wake_loop(self) -> None:
         loop = getattr(self, "loop", None)  # the NRI plugin is made before the loop
         if loop is not None:
             loop.wake()

@@ -14,6 +14,7 @@ when it signalled no task although kubelet reported the pod's containers running
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -235,19 +236,7 @@ class PodKiller:
             )
         else:
             log.info("spot kill", extra=fields)
-        return KillOutcome(
-            outcome.action,
-            outcome.started_at,
-            outcome.took_s,
-            outcome.signalled,
-            outcome.remaining,
-            outcome.not_found,
-            error,
-            detail,
-            outcome.signalled_s,
-            outcome.boosted,
-            outcome.froze,
-        )
+        return dataclasses.replace(outcome, error=error, detail=detail)
 
 
 def _error_of(outcome: KillOutcome, first: frozenset[str]) -> tuple[str, str]:
